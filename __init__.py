@@ -1,0 +1,22 @@
+"""FillScope: mask-guided editing (FLUX.1 Fill, SD3 ControlNet inpainting) for ComfyUI, with shape inspection.
+
+ComfyUI entry point. Nothing heavy is imported here: diffusers and transformers load the first time a node
+runs. Deliberately no NODE_CLASS_MAPPINGS: its presence makes ComfyUI ignore comfy_entrypoint.
+"""
+
+WEB_DIRECTORY = "./web"
+
+
+async def comfy_entrypoint():
+    from comfy_api.latest import ComfyExtension
+
+    from .nodes import all_nodes
+
+    class FillScopeExtension(ComfyExtension):
+        async def get_node_list(self):
+            return all_nodes()
+
+    return FillScopeExtension()
+
+
+__all__ = ["WEB_DIRECTORY", "comfy_entrypoint"]

@@ -1,0 +1,220 @@
+"""From ComfyUI's IMAGE/MASK to what a fill model needs: a [-1,1] image and a repaint mask on a grid of
+16-pixel multiples, plus the soft mask used to paste the result back.
+
+Conventions: IMAGE is [B,H,W,C] float 0..1 (C may be 4: alpha is dropped), MASK is [B,H,W] with 1 = repaint
+(ComfyUI's LoadImage gives 1 - alpha). Every choice made here (binarise, grow, feather, pad or crop) is recorded
+in `PreparedInput.notes` so the node can report it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .errors import FillScopeInputError
+
+SIZE_MODES = ("pad", "crop")
+
+
+@dataclass
+class Geometry:
+    """Where the model's grid sits in the user's image, so outputs go back to the input size."""
+
+    height: int  # input size
+    width: int
+    grid_height: int  # model grid (multiples of `multiple`)
+    grid_width: int
+    mode: str  # "exact", "pad" or "crop"
+    top: int = 0  # crop offset into the input, or 0 for pad (padding is added bottom/right)
+    left: int = 0
+
+    def describe(self) -> str:
+        if self.mode == "exact":
+            return f"{self.width}x{self.height} is a multiple of 16: used as is"
+        if self.mode == "pad":
+            return (
+                f"{self.width}x{self.height} padded (edge pixels, bottom/right, kept by the mask) to "
+                f"{self.grid_width}x{self.grid_height}; the output is cropped back to {self.width}x{self.height}"
+            )
+        return (
+            f"{self.width}x{self.height} center-cropped to {self.grid_width}x{self.grid_height} at "
+            f"(top {self.top}, left {self.left}); the output is pasted back into the {self.width}x{self.height} source"
+        )
+
+
+@dataclass
+class PreparedInput:
+    image: object  # [B,3,Hg,Wg] in [-1,1], the source on the model grid
+    mask: object  # [B,1,Hg,Wg] in [0,1], what the model repaints (binarised unless threshold == 0)
+    source: object  # [B,H,W,3] float 0..1, the untouched input (RGB) for paste-back
+    paste_mask: object  # [B,H,W,1] in [0,1]: grown mask, feathered inward only, at the input size
+    geometry: Geometry
+    coverage: float  # fraction of grid pixels to repaint
+    notes: list = field(default_factory=list)
+    warnings: list = field(default_factory=list)
+
+
+def _as_rgb(image, notes):
+    if image.dim() == 3:
+        image = image.unsqueeze(0)
+    if image.dim() != 4:
+        raise FillScopeInputError("image", f"expected an IMAGE [B,H,W,C], got shape {list(image.shape)}.", "connect a ComfyUI IMAGE.")
+    channels = image.shape[-1]
+    if channels == 4:
+        notes.append("image is RGBA: alpha dropped (use the MASK output of LoadImage for the alpha)")
+        image = image[..., :3]
+    elif channels == 1:
+        notes.append("image is greyscale: repeated to RGB")
+        image = image.expand(*image.shape[:-1], 3)
+    elif channels != 3:
+        raise FillScopeInputError("image", f"has {channels} channels; expected 3 (RGB) or 4 (RGBA).", "convert the image to RGB.")
+    return image.float().clamp(0, 1)
+
+
+def _as_mask(mask, image_shape):
+    if mask.dim() == 2:
+        mask = mask.unsqueeze(0)
+    if mask.dim() == 4 and mask.shape[-1] == 1:
+        mask = mask[..., 0]
+    if mask.dim() != 3:
+        raise FillScopeInputError("mask", f"expected a MASK [B,H,W], got shape {list(mask.shape)}.", "connect a ComfyUI MASK.")
+    b, h, w = image_shape[0], image_shape[1], image_shape[2]
+    if tuple(mask.shape[-2:]) != (h, w):
+        hint = ""
+        if tuple(mask.shape[-2:]) == (64, 64):
+            hint = " LoadImage returns a 64x64 empty mask when the image has no alpha channel."
+        raise FillScopeInputError(
+            "mask",
+            f"mask is {mask.shape[-1]}x{mask.shape[-2]} but the image is {w}x{h}.{hint}",
+            "paint the mask on this image in ComfyUI's mask editor, or load a mask of the same size.",
+        )
+    if mask.shape[0] not in (1, b):
+        raise FillScopeInputError(
+            "mask", f"batch of {mask.shape[0]} masks for {b} images.", "give one mask, or one mask per image."
+        )
+    return mask.float().clamp(0, 1).expand(b, h, w)
+
+
+def _dilate(mask, pixels: int):
+    import torch.nn.functional as F
+
+    if pixels <= 0:
+        return mask
+    k = 2 * pixels + 1
+    return F.max_pool2d(mask, kernel_size=k, stride=1, padding=pixels)
+
+
+def feather_inward(mask, pixels: int):
+    """Soft edge that ramps from 0 at the hole's border to 1 `pixels` inside it; pixels outside the hole
+    stay exactly 0, so paste-back keeps them bit-identical."""
+    import torch.nn.functional as F
+
+    if pixels <= 0:
+        return mask
+    acc = mask.clone()
+    eroded = mask
+    for _ in range(pixels - 1):
+        eroded = 1.0 - F.max_pool2d(1.0 - eroded, kernel_size=3, stride=1, padding=1)
+        acc = acc + eroded
+    return (acc / pixels) * mask
+
+
+def prepare_image_and_mask(
+    image,
+    mask,
+    *,
+    invert: bool = False,
+    threshold: float = 0.5,
+    grow: int = 0,
+    feather: int = 0,
+    size_mode: str = "pad",
+    multiple: int = 16,
+) -> PreparedInput:
+    import torch
+    import torch.nn.functional as F
+
+    if size_mode not in SIZE_MODES:
+        raise FillScopeInputError("size_mode", f"unknown mode {size_mode!r}.", f"use one of {', '.join(SIZE_MODES)}.")
+    notes: list[str] = []
+    warnings: list[str] = []
+    rgb = _as_rgb(image, notes)
+    b, h, w, _ = rgb.shape
+    if h < multiple or w < multiple:
+        raise FillScopeInputError("image", f"is {w}x{h}; the smallest size is {multiple}x{multiple}.", "use a larger image.")
+    m = _as_mask(mask, rgb.shape).to(rgb.device)
+    if invert:
+        m = 1.0 - m
+        notes.append("mask inverted")
+    m = m.unsqueeze(1)  # [B,1,H,W]
+    if threshold > 0:
+        # Same rule as diffusers' VaeImageProcessor.binarize at 0.5: < t -> keep, >= t -> repaint.
+        m = (m >= threshold).to(m.dtype)
+        notes.append(f"mask binarised at {threshold:g}")
+    else:
+        notes.append("soft mask kept (threshold 0)")
+    if grow > 0:
+        m = _dilate(m, grow)
+        notes.append(f"mask grown by {grow} px")
+    paste = feather_inward(m, feather)
+    if feather > 0:
+        notes.append(f"paste-back edge feathered {feather} px inward")
+
+    gh, gw = (h // multiple) * multiple, (w // multiple) * multiple
+    chw = rgb.permute(0, 3, 1, 2)
+    if (gh, gw) == (h, w):
+        geometry = Geometry(h, w, h, w, "exact")
+        grid_img, grid_mask = chw, m
+    elif size_mode == "crop":
+        top, left = (h - gh) // 2, (w - gw) // 2
+        geometry = Geometry(h, w, gh, gw, "crop", top, left)
+        grid_img = chw[:, :, top : top + gh, left : left + gw]
+        grid_mask = m[:, :, top : top + gh, left : left + gw]
+    else:
+        gh, gw = -(-h // multiple) * multiple, -(-w // multiple) * multiple
+        geometry = Geometry(h, w, gh, gw, "pad")
+        grid_img = F.pad(chw, (0, gw - w, 0, gh - h), mode="replicate")
+        grid_mask = F.pad(m, (0, gw - w, 0, gh - h), value=0.0)
+    notes.append(geometry.describe())
+
+    coverage = float(grid_mask.mean())
+    if coverage == 0.0:
+        warnings.append("mask is empty: nothing to repaint; the source image is returned unchanged")
+    elif coverage == 1.0:
+        warnings.append("mask covers the whole image: nothing is kept from the source (plain text-to-image)")
+    return PreparedInput(
+        image=(grid_img * 2.0 - 1.0).contiguous(),
+        mask=grid_mask.contiguous(),
+        source=rgb,
+        paste_mask=paste.permute(0, 2, 3, 1),
+        geometry=geometry,
+        coverage=coverage,
+        notes=notes,
+        warnings=warnings,
+    )
+
+
+def restore_geometry(grid_image, geometry: Geometry, source=None):
+    """Model-grid image [B,Hg,Wg,3] back to the input size: crop the padding off, or paste the crop back
+    into the source."""
+    if geometry.mode == "exact":
+        return grid_image
+    if geometry.mode == "pad":
+        return grid_image[:, : geometry.height, : geometry.width, :]
+    out = source.clone().to(grid_image.dtype)
+    out[:, geometry.top : geometry.top + geometry.grid_height, geometry.left : geometry.left + geometry.grid_width, :] = grid_image
+    return out
+
+
+def paste_back(generated, source, paste_mask):
+    """Composite the generated image into the source with the (feathered) mask; where the mask is 0 the
+    source pixels are returned bit-identical."""
+    import torch
+
+    if generated.shape != source.shape:
+        raise FillScopeInputError(
+            "image",
+            f"generated image {list(generated.shape)} and source {list(source.shape)} differ in shape.",
+            "connect the VAE decode output that belongs to this condition.",
+        )
+    m = paste_mask.to(generated.dtype)
+    blended = source * (1.0 - m) + generated * m
+    return torch.where(m == 0, source, blended)

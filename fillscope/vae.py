@@ -1,0 +1,48 @@
+"""VAE encode/decode with a latent format's scale and shift.
+
+Encode is deterministic: the latent distribution's mean (diffusers samples from it; FillScope's tests switch
+diffusers to its `argmax` mode, which is the same mean, to compare).
+"""
+
+from __future__ import annotations
+
+from .specs import FLUX_LATENT, LatentFormat
+from .weights import Component, load_component
+
+
+def load_vae(source, *, dtype="bf16", device="auto", seed=0) -> Component:
+    return load_component("flux_vae", source, dtype=dtype, device=device, seed=seed, input_name="vae source")
+
+
+def latent_format(comp: Component) -> LatentFormat:
+    cfg = comp.config
+    return LatentFormat(
+        FLUX_LATENT.name,
+        cfg.get("latent_channels", FLUX_LATENT.channels),
+        cfg.get("scaling_factor", FLUX_LATENT.scale),
+        cfg.get("shift_factor", FLUX_LATENT.shift),
+    )
+
+
+def encode(comp: Component, image_pm1):
+    """[B,3,H,W] in [-1,1] -> model latents [B,16,H/8,W/8] = (mean - shift) * scale."""
+    import torch
+
+    fmt = latent_format(comp)
+    vae = comp.model
+    with torch.inference_mode():
+        x = image_pm1.to(device=comp.device, dtype=vae.dtype)
+        z = vae.encode(x).latent_dist.mode()
+    return (z - fmt.shift) * fmt.scale
+
+
+def decode(comp: Component, latents):
+    """Model latents [B,16,h,w] -> image [B,3,8h,8w] in [0,1] (float32)."""
+    import torch
+
+    fmt = latent_format(comp)
+    vae = comp.model
+    with torch.inference_mode():
+        z = latents.to(device=comp.device, dtype=vae.dtype) / fmt.scale + fmt.shift
+        image = vae.decode(z, return_dict=False)[0]
+    return (image.float() / 2 + 0.5).clamp(0, 1)

@@ -1,0 +1,267 @@
+"""Weight sources for every component: a diffusers-format folder, `placeholder`, or `meta`.
+
+- diffusers folder: the Hugging Face repo layout (model_index.json, transformer/, vae/, text_encoder/, ...),
+  loaded offline with safetensors only.
+- placeholder: the full production topology from the shipped config, built on the meta device, then
+  materialised directly on the target device and filled with deterministic finite values from a seed (never
+  materialised on the CPU first, so a 12B transformer can be placed straight onto a GPU).
+- meta: the full production topology with no storage; forward passes compute shapes only.
+
+Single-file checkpoints (ComfyUI model folders) slot in as one more `WeightSource.kind` (a later issue).
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import FillScopeInputError
+from .specs import COMPONENTS, shipped_config
+
+META = "meta"
+PLACEHOLDER = "placeholder"
+
+DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+
+# What each diffusers pipeline repo is, so that a folder of another model gets a useful error.
+KNOWN_PIPELINES = {
+    "FluxFillPipeline": "FLUX.1 Fill [dev]",
+    "FluxPipeline": "FLUX.1 [dev]/[schnell] text-to-image",
+    "FluxKontextPipeline": "FLUX.1 Kontext",
+    "StableDiffusion3Pipeline": "Stable Diffusion 3",
+    "StableDiffusionXLPipeline": "SDXL",
+    "StableDiffusionPipeline": "Stable Diffusion 1.x/2.x",
+    "Flux2KleinPipeline": "FLUX.2 [klein]",
+}
+
+
+@dataclass
+class Component:
+    """A loaded model with what is known about where its weights came from."""
+
+    kind: str
+    model: object  # torch.nn.Module
+    source: str  # "meta", "placeholder" or the folder path
+    provenance: str  # e.g. "meta (no storage)", "placeholder seed=0", "diffusers folder <path>"
+    device: str
+    dtype: str
+    config: dict = field(default_factory=dict)
+    tokenizer: object | None = None
+    extras: dict = field(default_factory=dict)
+
+    @property
+    def is_meta(self) -> bool:
+        return self.device == "meta"
+
+
+def torch_dtype(name: str):
+    import torch
+
+    if name not in DTYPES:
+        raise FillScopeInputError("dtype", f"unknown dtype {name!r}.", f"use one of {', '.join(DTYPES)}.")
+    return getattr(torch, DTYPES[name])
+
+
+def resolve_device(device: str, source: str) -> str:
+    """'auto' -> cuda when available else cpu; meta weights always run on the meta device."""
+    if source == META:
+        return "meta"
+    if device == "auto":
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise FillScopeInputError("device", "CUDA was requested but no CUDA device is available.", "set device to auto or cpu.")
+    return device
+
+
+def _model_class(kind: str, class_name: str | None = None):
+    spec = COMPONENTS[kind]
+    name = class_name or spec.class_name
+    if spec.library == "diffusers":
+        import diffusers
+
+        return getattr(diffusers, name)
+    import transformers
+
+    return getattr(transformers, name)
+
+
+def _transformers_config(kind: str, config: dict):
+    import transformers
+
+    if kind == "clip_l":
+        return transformers.CLIPTextConfig(**config)
+    if kind == "t5_xxl":
+        return transformers.T5Config(**config)
+    raise KeyError(kind)
+
+
+def build_on_meta(kind: str, config: dict | None = None):
+    """The component's full topology on the meta device (no storage, ~0.1 s even for the 12B transformer)."""
+    import torch
+
+    config = dict(config or shipped_config(kind))
+    cls = _model_class(kind)
+    with torch.device("meta"):
+        if COMPONENTS[kind].library == "diffusers":
+            model = cls.from_config(config)
+        else:
+            model = cls(_transformers_config(kind, config))
+    return model.eval().requires_grad_(False)
+
+
+def _is_norm_weight(name: str, shape) -> bool:
+    leaf = name.rsplit(".", 2)
+    return len(shape) == 1 and name.endswith("weight") and any("norm" in part for part in leaf[:-1])
+
+
+def fill_placeholder(model, seed: int, device: str, dtype) -> None:
+    """Materialise a meta-built model on `device` and fill it deterministically: weights uniform in
+    +-1/sqrt(fan_in) (keeps activations finite through deep stacks), norm scales 1, biases 0. Each tensor's
+    stream is seeded from (seed, its qualified name), so the values do not depend on build order or device
+    count."""
+    import torch
+
+    model.to_empty(device=device)
+    model.to(dtype)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if _is_norm_weight(name, param.shape):
+                param.fill_(1.0)
+            elif name.endswith("bias"):
+                param.zero_()
+            else:
+                gen = torch.Generator(device=device).manual_seed((seed * 1_000_003 + zlib.crc32(name.encode())) % 2**63)
+                fan_in = max(1, param[0].numel()) if param.dim() > 1 else param.numel()
+                bound = 1.0 / fan_in**0.5 if param.dim() > 1 else 0.02
+                param.uniform_(-bound, bound, generator=gen)
+        for name, buf in model.named_buffers():
+            if name.endswith("position_ids"):
+                buf.copy_(torch.arange(buf.shape[-1], device=device).expand_as(buf))
+            else:
+                raise RuntimeError(f"placeholder weights: no rule to initialise buffer {name}")
+
+
+def _pipeline_name(folder: Path) -> str | None:
+    index = folder / "model_index.json"
+    if index.is_file():
+        try:
+            return json.loads(index.read_text()).get("_class_name")
+        except (OSError, json.JSONDecodeError):
+            return None
+    return None
+
+
+def validate_diffusers_folder(kind: str, folder: Path, input_name: str, expected_pipeline: str) -> Path:
+    """The component's sub-folder of a diffusers repo, after checking it is the right model and holds
+    safetensors weights. Errors name the folder, what it is, and what to do."""
+    spec = COMPONENTS[kind]
+    if not folder.is_dir():
+        raise FillScopeInputError(
+            input_name,
+            f"model folder '{folder}' does not exist.",
+            f"put the {KNOWN_PIPELINES.get(expected_pipeline, expected_pipeline)} repository (diffusers format) "
+            "under ComfyUI/models/diffusers/, or choose 'placeholder' or 'meta'.",
+        )
+    pipeline = _pipeline_name(folder)
+    if pipeline is not None and pipeline != expected_pipeline:
+        what = KNOWN_PIPELINES.get(pipeline, pipeline)
+        raise FillScopeInputError(
+            input_name,
+            f"'{folder.name}' is a {what} repository (model_index.json says {pipeline}), "
+            f"not {KNOWN_PIPELINES[expected_pipeline]}.",
+            f"download the {KNOWN_PIPELINES[expected_pipeline]} repository into models/diffusers/ and select it.",
+        )
+    sub = folder / spec.subfolder
+    cfg_name = "config.json"
+    if not (sub / cfg_name).is_file():
+        raise FillScopeInputError(
+            input_name,
+            f"'{folder}' has no {spec.subfolder}/{cfg_name}, so it is not a complete diffusers repository.",
+            "download the whole repository (model_index.json and every component folder).",
+        )
+    if not any(sub.glob("*.safetensors")):
+        found = sorted(p.name for p in sub.iterdir() if p.suffix in {".bin", ".pt", ".ckpt", ".pth"})
+        raise FillScopeInputError(
+            input_name,
+            f"'{sub}' holds no .safetensors weights" + (f" (found {', '.join(found)}; FillScope never unpickles)." if found else "."),
+            "use the repository's safetensors files.",
+        )
+    return sub
+
+
+def load_from_folder(kind: str, folder: Path, dtype: str, device: str, input_name: str, expected_pipeline: str):
+    """(model, config) for a component of a diffusers folder, loaded offline from safetensors."""
+    sub = validate_diffusers_folder(kind, folder, input_name, expected_pipeline)
+    config = json.loads((sub / "config.json").read_text())
+    check_component_config(kind, config, input_name, sub)
+    spec = COMPONENTS[kind]
+    td = torch_dtype(dtype)
+    if spec.library == "diffusers":
+        cls = _model_class(kind, config.get("_class_name"))
+        model = cls.from_pretrained(sub, torch_dtype=td, local_files_only=True, use_safetensors=True)
+    else:
+        arch = (config.get("architectures") or [spec.class_name])[0]
+        cls = _model_class(kind, arch)
+        model = cls.from_pretrained(sub, dtype=td, local_files_only=True, use_safetensors=True)
+    return model.to(device).eval().requires_grad_(False), config
+
+
+def check_component_config(kind: str, config: dict, input_name: str, where: Path) -> None:
+    """Refuse a component whose config is another model's (e.g. the FLUX.1 [dev] transformer on the Fill loader)."""
+    if kind == "flux_fill_transformer":
+        if config.get("_class_name") != "FluxTransformer2DModel" or config.get("in_channels") != 384:
+            what = config.get("_class_name", "unknown")
+            if config.get("_class_name") == "FluxTransformer2DModel":
+                what = f"a FLUX transformer with in_channels {config.get('in_channels')} (FLUX.1 Fill has 384)"
+            raise FillScopeInputError(
+                input_name,
+                f"'{where}' is {what}, not the FLUX.1 Fill transformer.",
+                "select the FLUX.1-Fill-dev repository.",
+            )
+    elif kind == "flux_vae":
+        if config.get("latent_channels") != 16:
+            raise FillScopeInputError(
+                input_name,
+                f"'{where}' is a VAE with {config.get('latent_channels')} latent channels; FLUX needs 16.",
+                "select the FLUX.1 VAE (the repository's vae/ folder).",
+            )
+
+
+def load_component(
+    kind: str,
+    source: str | Path,
+    *,
+    dtype: str = "bf16",
+    device: str = "auto",
+    seed: int = 0,
+    input_name: str = "source",
+    expected_pipeline: str = "FluxFillPipeline",
+) -> Component:
+    """Load one component from a weight source ('meta', 'placeholder' or a diffusers folder path)."""
+    source_str = str(source)
+    dev = resolve_device(device, source_str)
+    td = torch_dtype(dtype)
+    if source_str == META:
+        model = build_on_meta(kind).to(td)
+        return Component(kind, model, META, "meta (full topology, no storage)", "meta", dtype, shipped_config(kind))
+    if source_str == PLACEHOLDER:
+        model = build_on_meta(kind)
+        fill_placeholder(model, seed, dev, td)
+        return Component(kind, model, PLACEHOLDER, f"placeholder (deterministic, seed={seed})", dev, dtype, shipped_config(kind))
+    folder = Path(source_str)
+    model, config = load_from_folder(kind, folder, dtype, dev, input_name, expected_pipeline)
+    return Component(kind, model, source_str, f"diffusers folder {folder.name}", dev, dtype, config)
+
+
+def count_parameters(model) -> tuple[int, int]:
+    """(unique, tie-counted) parameter counts: a tied tensor counts once in the first, once per name in the second."""
+    unique = sum(p.numel() for p in model.parameters())
+    tie_counted = sum(p.numel() for _, p in model.named_parameters(remove_duplicate=False))
+    return unique, tie_counted

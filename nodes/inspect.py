@@ -1,0 +1,81 @@
+"""Inspection nodes: a synthetic image + mask of any size (for meta traces) and the shapes report."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from comfy_api.latest import io
+
+from . import common as c
+
+
+class SyntheticImageMask(io.ComfyNode):
+    @classmethod
+    def define_schema(cls):
+        return io.Schema(
+            node_id="FillScopeSyntheticImageMask",
+            display_name="FillScope Synthetic Image + Mask",
+            category=c.CATEGORY + "/inspect",
+            description="A deterministic gradient test image and a centred rectangular repaint mask of any size.",
+            inputs=[
+                io.Int.Input("width", default=1024, min=16, max=8192, step=1),
+                io.Int.Input("height", default=1024, min=16, max=8192, step=1),
+                io.Float.Input("mask_fraction", default=0.5, min=0.0, max=1.0, step=0.05,
+                               tooltip="Side of the centred mask as a fraction of the image (0 = empty mask)."),
+            ],
+            outputs=[io.Image.Output("image"), io.Mask.Output("mask")],
+        )
+
+    @classmethod
+    def execute(cls, width, height, mask_fraction) -> io.NodeOutput:
+        import torch
+
+        ys = torch.linspace(0, 1, height)[:, None].expand(height, width)
+        xs = torch.linspace(0, 1, width)[None, :].expand(height, width)
+        image = torch.stack([xs, ys, 0.5 * (1 - xs)], dim=-1).unsqueeze(0).contiguous()
+        mask = torch.zeros(1, height, width)
+        mh, mw = int(round(height * mask_fraction)), int(round(width * mask_fraction))
+        top, left = (height - mh) // 2, (width - mw) // 2
+        mask[:, top : top + mh, left : left + mw] = 1.0
+        return io.NodeOutput(image, mask)
+
+
+class ShapesReport(io.ComfyNode):
+    @classmethod
+    def define_schema(cls):
+        return io.Schema(
+            node_id="FillScopeShapesReport",
+            display_name="FillScope Shapes Report",
+            category=c.CATEGORY + "/inspect",
+            description="Gathers the shapes of every FillScope node upstream and writes them (JSON + text table) to the output folder.",
+            inputs=[
+                io.String.Input("shapes", force_input=True, tooltip="A FillScope node's shapes output (its trail includes everything upstream)."),
+                io.String.Input("filename_prefix", default="fillscope/shapes"),
+            ],
+            outputs=[],
+            is_output_node=True,
+        )
+
+    @classmethod
+    def execute(cls, shapes, filename_prefix) -> io.NodeOutput:
+        import folder_paths
+
+        from ..fillscope.trace.summary import boundary_rows, format_rows
+
+        doc = json.loads(shapes)
+        rows = boundary_rows([doc])
+        table = format_rows(rows)
+        out_dir = folder_paths.get_output_directory()
+        full_dir, name, counter, subfolder, _ = folder_paths.get_save_image_path(filename_prefix, out_dir)
+        stem = f"{name}_{counter:05}"
+        report = {"schema": doc.get("schema"), "boundaries": rows, "shapes": doc}
+        with open(os.path.join(full_dir, stem + ".json"), "w") as f:
+            json.dump(report, f, indent=1)
+        with open(os.path.join(full_dir, stem + ".txt"), "w") as f:
+            f.write(table + "\n")
+        files = [{"filename": stem + ".json", "subfolder": subfolder, "type": "output"}]
+        return io.NodeOutput(ui={"text": [table], "fillscope_report": files, "fillscope_boundaries": rows})
+
+
+NODES = [SyntheticImageMask, ShapesReport]

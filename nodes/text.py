@@ -1,0 +1,89 @@
+"""Text encoding nodes: CLIP-L, T5-XXL, and the FLUX text condition that joins them."""
+
+from __future__ import annotations
+
+from comfy_api.latest import io
+
+from . import common as c
+from ..fillscope.trace.records import ShapeRecorder
+
+
+class CLIPLEncode(io.ComfyNode):
+    @classmethod
+    def define_schema(cls):
+        return io.Schema(
+            node_id="FillScopeCLIPLEncode",
+            display_name="FillScope CLIP-L Encode",
+            category=c.CATEGORY + "/text",
+            description="Tokenises to 77 tokens and encodes with CLIP-L: last hidden state and pooled (EOS) vector.",
+            inputs=[c.ClipL.Input("clip_l"), io.String.Input("text", multiline=True, default="")],
+            outputs=[c.ClipEmbeds.Output("clip_embeds", display_name="clip_embeds"), c.shapes_output()],
+        )
+
+    @classmethod
+    def execute(cls, clip_l, text) -> io.NodeOutput:
+        from ..fillscope.text import encode_clip_l
+
+        rec = ShapeRecorder("FillScopeCLIPLEncode", "CLIP-L encode")
+        out = encode_clip_l(clip_l.value, text)
+        rec.tensor("clip_l.input_ids", out.input_ids, "input")
+        rec.tensor("clip_l.last_hidden", out.last_hidden)
+        rec.tensor("clip_l.pooled", out.pooled)
+        return c.finish(rec, (clip_l,), out, wrap=(0,))
+
+
+class T5Encode(io.ComfyNode):
+    @classmethod
+    def define_schema(cls):
+        return io.Schema(
+            node_id="FillScopeT5Encode",
+            display_name="FillScope T5-XXL Encode",
+            category=c.CATEGORY + "/text",
+            description="Tokenises to max_length tokens (FLUX: 512, SD3: 256) and encodes with T5-XXL.",
+            inputs=[
+                c.T5.Input("t5"),
+                io.String.Input("text", multiline=True, default=""),
+                io.Int.Input("max_length", default=512, min=1, max=512, tooltip="FLUX.1 [dev] uses 512, SD3 256."),
+            ],
+            outputs=[c.T5Embeds.Output("t5_embeds", display_name="t5_embeds"), c.shapes_output()],
+        )
+
+    @classmethod
+    def execute(cls, t5, text, max_length) -> io.NodeOutput:
+        from ..fillscope.text import encode_t5
+
+        rec = ShapeRecorder("FillScopeT5Encode", "T5-XXL encode")
+        out = encode_t5(t5.value, text, max_length)
+        rec.tensor("t5.input_ids", out.input_ids, "input")
+        rec.tensor("t5.hidden", out.hidden)
+        rec.fact("prompt tokens (with EOS)", f"{out.real_tokens} of {max_length}")
+        if out.real_tokens >= max_length:
+            rec.warn(f"prompt truncated to {max_length} T5 tokens")
+        return c.finish(rec, (t5,), out, wrap=(0,))
+
+
+class FluxTextCondition(io.ComfyNode):
+    @classmethod
+    def define_schema(cls):
+        return io.Schema(
+            node_id="FillScopeFluxTextCondition",
+            display_name="FillScope FLUX Text Condition",
+            category=c.CATEGORY + "/text",
+            description="FLUX reads the T5 sequence (joint attention) and the CLIP-L pooled vector (modulation).",
+            inputs=[c.T5Embeds.Input("t5_embeds"), c.ClipEmbeds.Input("clip_embeds")],
+            outputs=[c.FluxText.Output("flux_text", display_name="flux_text"), c.shapes_output()],
+        )
+
+    @classmethod
+    def execute(cls, t5_embeds, clip_embeds) -> io.NodeOutput:
+        from ..fillscope.text import flux_text_condition
+
+        rec = ShapeRecorder("FillScopeFluxTextCondition", "FLUX text condition")
+        cond = flux_text_condition(t5_embeds.value, clip_embeds.value)
+        rec.tensor("encoder_hidden_states", cond.t5_hidden)
+        rec.tensor("pooled_projections", cond.pooled)
+        rec.tensor("txt_ids", cond.txt_ids)
+        return c.finish(rec, (t5_embeds, clip_embeds), cond, wrap=(0,))
+
+
+NODES = [CLIPLEncode, T5Encode, FluxTextCondition]

@@ -1,0 +1,226 @@
+"""The shipped workflows, defined once; `python workflows/graphs.py --object-info URL|FILE` writes each as an
+API-format file (headless: POST /prompt, `comfy run`) and a UI-format file (canvas), so the two stay the
+same graph. The UI format needs each node's widget order, which it reads from ComfyUI's /object_info.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import urllib.request
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).parent
+
+
+@dataclass
+class Node:
+    id: int
+    type: str
+    inputs: dict  # widget values, or (node_id, output_slot) links
+    pos: tuple = (0, 0)
+    title: str | None = None
+    size: tuple = (320, 160)
+
+
+@dataclass
+class Graph:
+    name: str
+    description: str
+    nodes: list = field(default_factory=list)
+
+
+def _loader(node_id, type_, source, dtype, pos, device="auto"):
+    return Node(node_id, type_, {"source": source, "dtype": dtype, "device": device, "placeholder_seed": 0}, pos)
+
+
+def flux_fill_graph(name, description, *, source, dtype, prompt, steps, image_nodes, output_nodes) -> Graph:
+    """Loaders -> text -> condition -> sampler -> decode, with the image source and outputs supplied."""
+    nodes = [
+        _loader(1, "FillScopeLoadCLIPL", source, dtype, (0, 0)),
+        _loader(2, "FillScopeLoadT5", source, dtype, (0, 200)),
+        _loader(3, "FillScopeLoadFluxFillTransformer", source, dtype, (0, 400)),
+        _loader(4, "FillScopeLoadVAE", source, dtype, (0, 600)),
+        Node(5, "FillScopeCLIPLEncode", {"clip_l": (1, 0), "text": prompt}, (380, 0)),
+        Node(6, "FillScopeT5Encode", {"t5": (2, 0), "text": prompt, "max_length": 512}, (380, 220)),
+        Node(7, "FillScopeFluxTextCondition", {"t5_embeds": (6, 0), "clip_embeds": (5, 0)}, (760, 100)),
+        *image_nodes,
+        Node(
+            9,
+            "FillScopeFluxFillCondition",
+            {"vae": (4, 0), "image": (8, 0), "mask": (8, 1), "invert_mask": False, "threshold": 0.5, "grow": 0,
+             "feather": 0, "size_mode": "pad"},
+            (760, 450),
+        ),
+        Node(
+            10,
+            "FillScopeFluxFillSampler",
+            {"transformer": (3, 0), "flux_text": (7, 0), "condition": (9, 0), "seed": 0, "steps": steps,
+             "guidance": 30.0, "denoise": 1.0},
+            (1140, 200),
+        ),
+        Node(11, "FillScopeVAEDecode", {"vae": (4, 0), "latent": (10, 0)}, (1520, 200)),
+        *output_nodes,
+    ]
+    return Graph(name, description, nodes)
+
+
+GRAPHS = [
+    flux_fill_graph(
+        "flux_fill_meta_trace",
+        "FLUX.1 Fill, full production topology on meta weights, 1 step: every boundary shape, any size, on any CPU.",
+        source="meta",
+        dtype="bf16",
+        prompt="a red brick fireplace",
+        steps=1,
+        image_nodes=[Node(8, "FillScopeSyntheticImageMask", {"width": 1024, "height": 1024, "mask_fraction": 0.5}, (380, 500))],
+        output_nodes=[Node(12, "FillScopeShapesReport", {"shapes": (11, 1), "filename_prefix": "fillscope/flux_fill_meta_trace"}, (1900, 200))],
+    ),
+    flux_fill_graph(
+        "flux_fill_inpaint",
+        "FLUX.1 Fill [dev] inpainting with real weights (models/diffusers/FLUX.1-Fill-dev), bf16, 1024x1024, "
+        "guidance 30, 28 steps; paste-back keeps unmasked pixels exact. Load an RGBA image whose transparent "
+        "area is the hole, or paint a mask in the mask editor.",
+        source="FLUX.1-Fill-dev",
+        dtype="bf16",
+        prompt="a red brick fireplace",
+        steps=28,
+        image_nodes=[Node(8, "LoadImage", {"image": "fillscope_example.png", "upload": "image"}, (380, 500), size=(320, 320))],
+        output_nodes=[
+            Node(12, "FillScopePasteBack", {"generated": (11, 0), "condition": (9, 0)}, (1900, 100)),
+            Node(13, "SaveImage", {"images": (12, 0), "filename_prefix": "fillscope/flux_fill_inpaint"}, (2280, 100), size=(400, 400)),
+            Node(14, "FillScopeShapesReport", {"shapes": (12, 1), "filename_prefix": "fillscope/flux_fill_inpaint"}, (1900, 400)),
+        ],
+    ),
+]
+
+
+def is_link(value) -> bool:
+    return isinstance(value, tuple) and len(value) == 2
+
+
+def to_api(graph: Graph) -> dict:
+    out = {}
+    for n in graph.nodes:
+        inputs = {}
+        for k, v in n.inputs.items():
+            if k == "upload":
+                continue
+            inputs[k] = [str(v[0]), v[1]] if is_link(v) else v
+        out[str(n.id)] = {"class_type": n.type, "inputs": inputs, "_meta": {"title": n.title or n.type}}
+    return out
+
+
+def widget_names(info: dict) -> list[tuple[str, dict]]:
+    """Widget inputs of a node type in canvas order, with their options (from /object_info)."""
+    order = info.get("input_order", {})
+    spec = {**info["input"].get("required", {}), **info["input"].get("optional", {})}
+    names = list(order.get("required", [])) + list(order.get("optional", []))
+    out = []
+    for name in names:
+        kind = spec[name][0]
+        opts = spec[name][1] if len(spec[name]) > 1 else {}
+        if isinstance(kind, list) or kind in ("INT", "FLOAT", "STRING", "BOOLEAN", "COMBO") or kind == "IMAGEUPLOAD":
+            if opts.get("forceInput"):
+                continue
+            out.append((name, opts))
+    return out
+
+
+def to_ui(graph: Graph, object_info: dict) -> dict:
+    links, link_id = [], 0
+    node_inputs, node_outputs = {}, {}
+    for n in graph.nodes:
+        info = object_info[n.type]
+        node_outputs[n.id] = [
+            {"name": name, "type": typ, "links": [], "slot_index": i}
+            for i, (name, typ) in enumerate(zip(info["output_name"], info["output"]))
+        ]
+        node_inputs[n.id] = []
+    for n in graph.nodes:
+        info = object_info[n.type]
+        spec = {**info["input"].get("required", {}), **info["input"].get("optional", {})}
+        for name, v in n.inputs.items():
+            if not is_link(v):
+                continue
+            link_id += 1
+            typ = spec[name][0]
+            src, slot = v
+            links.append([link_id, src, slot, n.id, len(node_inputs[n.id]), typ])
+            node_inputs[n.id].append({"name": name, "type": typ, "link": link_id})
+            node_outputs[src][slot]["links"].append(link_id)
+    nodes = []
+    for order, n in enumerate(graph.nodes):
+        info = object_info[n.type]
+        values = []
+        for name, opts in widget_names(info):
+            if name in n.inputs and not is_link(n.inputs[name]):
+                values.append(n.inputs[name])
+            elif name in n.inputs:
+                continue
+            else:
+                values.append(opts.get("default"))
+            if opts.get("control_after_generate"):
+                values.append("fixed")
+        nodes.append(
+            {
+                "id": n.id,
+                "type": n.type,
+                "pos": list(n.pos),
+                "size": list(n.size),
+                "flags": {},
+                "order": order,
+                "mode": 0,
+                "inputs": node_inputs[n.id],
+                "outputs": node_outputs[n.id],
+                "properties": {"Node name for S&R": n.type},
+                "widgets_values": values,
+                **({"title": n.title} if n.title else {}),
+            }
+        )
+    return {
+        "id": str(uuid.uuid5(uuid.NAMESPACE_URL, "fillscope/" + graph.name)),
+        "revision": 0,
+        "last_node_id": max(n.id for n in graph.nodes),
+        "last_link_id": link_id,
+        "nodes": nodes,
+        "links": links,
+        "groups": [],
+        "config": {},
+        "extra": {"fillscope": {"description": graph.description}},
+        "version": 0.4,
+    }
+
+
+def load_object_info(where: str) -> dict:
+    if where.startswith("http"):
+        with urllib.request.urlopen(where.rstrip("/") + "/object_info", timeout=60) as r:
+            return json.loads(r.read())
+    return json.loads(Path(where).read_text())
+
+
+def render(graph: Graph, object_info: dict) -> tuple[str, str]:
+    """(api json text, ui json text) of a graph, as committed."""
+    return (json.dumps(to_api(graph), indent=2) + "\n", json.dumps(to_ui(graph, object_info), indent=2) + "\n")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--object-info", required=True, help="http://127.0.0.1:8188 or a saved /object_info JSON file")
+    ap.add_argument("--out", default=str(HERE))
+    args = ap.parse_args(argv)
+    info = load_object_info(args.object_info)
+    out = Path(args.out)
+    for g in GRAPHS:
+        api, ui = render(g, info)
+        (out / f"{g.name}.api.json").write_text(api)
+        (out / f"{g.name}.json").write_text(ui)
+        print(f"wrote {g.name}.api.json and {g.name}.json")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
