@@ -18,7 +18,7 @@ from . import vae as vae_ops
 from .errors import FillScopeInputError
 from .masks import PreparedInput
 from .sampling import euler_step, flux_dynamic_mu, flux_sigmas, initial_noise, truncate_for_denoise
-from .specs import flux_image_ids, pack_latents, unpack_latents
+from .specs import flux_image_ids, flux_scheduler_config, pack_latents, unpack_latents
 from .text import FluxTextCondition
 from .weights import Component, load_component
 
@@ -143,7 +143,10 @@ def sample_flux_fill(
     if cond.is_empty:
         return FluxLatent(cond.masked_latents, cond.prepared, unchanged=True, info={"skipped": "empty mask"})
 
-    mu = flux_dynamic_mu(n_tokens)
+    sched = flux_scheduler_config()
+    mu = flux_dynamic_mu(
+        n_tokens, sched["base_image_seq_len"], sched["max_image_seq_len"], sched["base_shift"], sched["max_shift"]
+    )
     sigmas = truncate_for_denoise(flux_sigmas(steps, mu), steps, denoise)
     run_steps = len(sigmas) - 1
     if run_steps < 1:

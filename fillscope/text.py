@@ -61,7 +61,7 @@ def load_t5(source, *, dtype="bf16", device="auto", seed=0, tokenizer_fallback: 
     return comp
 
 
-def _clip_text_model(model):
+def clip_text_model(model):
     """The CLIP text transformer inside either CLIPTextModel or CLIPTextModelWithProjection."""
     return getattr(model, "text_model", model)
 
@@ -85,7 +85,7 @@ def encode_clip_l(comp: Component, prompt: str) -> ClipOutput:
 
     ids = tokenize(comp.tokenizer, prompt, CLIP_MAX_LENGTH)
     with torch.inference_mode():
-        out = _clip_text_model(comp.model)(ids.to(comp.device), output_hidden_states=False)
+        out = clip_text_model(comp.model)(ids.to(comp.device), output_hidden_states=False)
     return ClipOutput(pooled=out.pooler_output, last_hidden=out.last_hidden_state, input_ids=ids)
 
 
