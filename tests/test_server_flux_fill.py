@@ -1,0 +1,247 @@
+"""FillScope's FLUX Fill nodes in a real ComfyUI 0.3.75 server: node listing, both shipped workflows through
+POST /prompt, the UI-format files, and bad input that must fail clearly without taking the server down."""
+
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from comfy_server import ComfyExecutionError, ComfyPromptError
+from tiny_flux import build_tiny_flux_fill_folder
+
+REPO = Path(__file__).resolve().parent.parent
+WORKFLOWS = REPO / "workflows"
+sys.path.insert(0, str(WORKFLOWS))
+import graphs  # noqa: E402
+
+pytestmark = pytest.mark.server
+
+EXPECTED_NODES = {
+    "FillScopeLoadCLIPL": ["source", "dtype", "device", "placeholder_seed"],
+    "FillScopeLoadT5": ["source", "dtype", "device", "placeholder_seed"],
+    "FillScopeLoadFluxFillTransformer": ["source", "dtype", "device", "placeholder_seed"],
+    "FillScopeLoadVAE": ["source", "dtype", "device", "placeholder_seed"],
+    "FillScopeCLIPLEncode": ["clip_l", "text"],
+    "FillScopeT5Encode": ["t5", "text", "max_length"],
+    "FillScopeFluxTextCondition": ["t5_embeds", "clip_embeds"],
+    "FillScopeFluxFillCondition": ["vae", "image", "mask", "invert_mask", "threshold", "grow", "feather", "size_mode"],
+    "FillScopeFluxFillSampler": ["transformer", "flux_text", "condition", "seed", "steps", "guidance", "denoise"],
+    "FillScopeVAEDecode": ["vae", "latent"],
+    "FillScopePasteBack": ["generated", "condition"],
+    "FillScopeSyntheticImageMask": ["width", "height", "mask_fraction"],
+    "FillScopeShapesReport": ["shapes", "filename_prefix"],
+}
+
+CONTRACT_1024 = {
+    "clip_l.pooled": [1, 768],
+    "t5.hidden": [1, 512, 4096],
+    "masked_image_latents": [1, 16, 128, 128],
+    "masked_image_latents.packed": [1, 4096, 64],
+    "mask.packed": [1, 4096, 256],
+    "fill_condition": [1, 4096, 320],
+    "transformer.input": [1, 4096, 384],
+    "transformer.output": [1, 4096, 64],
+    "txt_ids": [512, 3],
+    "img_ids": [4096, 3],
+    "latent.unpacked": [1, 16, 128, 128],
+    "decoded_image": [1, 3, 1024, 1024],
+}
+
+
+def load_api(name):
+    return json.loads((WORKFLOWS / f"{name}.api.json").read_text())
+
+
+def node_id(prompt, class_type):
+    return next(k for k, v in prompt.items() if v["class_type"] == class_type)
+
+
+def shapes_doc(entry, prompt, class_type):
+    return entry["outputs"][node_id(prompt, class_type)]["fillscope_shapes"][0]
+
+
+def tensors(doc):
+    return {t["name"]: t for t in doc["node"]["tensors"]}
+
+
+@pytest.fixture(scope="module")
+def server(comfy_server, comfy_models_dir):
+    """The session server with the tiny FLUX Fill folder standing in for models/diffusers/FLUX.1-Fill-dev, a
+    folder of another model, and an RGBA example image in the input folder."""
+    diffusers_dir = comfy_models_dir / "diffusers"
+    tiny = diffusers_dir / "FLUX.1-Fill-dev"
+    if not tiny.exists():
+        build_tiny_flux_fill_folder(tiny, seed=0)
+    other = diffusers_dir / "FLUX.1-dev-tiny"
+    if not other.exists():
+        shutil.copytree(tiny, other)
+        index = json.loads((other / "model_index.json").read_text())
+        index["_class_name"] = "FluxPipeline"
+        (other / "model_index.json").write_text(json.dumps(index))
+    rng = np.random.default_rng(0)
+    rgba = rng.integers(0, 256, size=(96, 128, 4), dtype=np.uint8)
+    rgba[..., 3] = 255
+    rgba[24:72, 32:96, 3] = 0  # transparent = repaint (LoadImage mask = 1 - alpha)
+    Image.fromarray(rgba, "RGBA").save(comfy_server.input_dir / "fillscope_example.png")
+    Image.fromarray(rgba[..., :3], "RGB").save(comfy_server.input_dir / "fillscope_rgb.png")
+    return comfy_server
+
+
+def assert_still_serving(server):
+    entry = server.run(meta_prompt(256, 256), timeout=300)
+    assert entry["status"]["status_str"] == "success"
+
+
+def meta_prompt(width, height, mask_fraction=0.5):
+    prompt = load_api("flux_fill_meta_trace")
+    synth = prompt[node_id(prompt, "FillScopeSyntheticImageMask")]["inputs"]
+    synth.update(width=width, height=height, mask_fraction=mask_fraction)
+    return prompt
+
+
+def test_object_info_lists_every_node_with_its_inputs(server):
+    info = server.object_info()
+    for name, inputs in EXPECTED_NODES.items():
+        assert name in info, name
+        assert info[name]["input_order"]["required"] == inputs, name
+        assert info[name]["category"].startswith("FillScope")
+    assert info["FillScopeFluxFillSampler"]["output"] == ["FS_LATENT", "STRING"]
+    assert "FLUX.1-Fill-dev" in info["FillScopeLoadFluxFillTransformer"]["input"]["required"]["source"][1]["options"]
+
+
+def test_meta_trace_workflow_reports_the_contract_shapes(server):
+    prompt = load_api("flux_fill_meta_trace")
+    entry = server.run(prompt, timeout=300)
+    report = entry["outputs"][node_id(prompt, "FillScopeShapesReport")]
+    rows = {r["tensor"]: r for r in report["fillscope_boundaries"]}
+    for name, shape in CONTRACT_1024.items():
+        assert rows[name]["shape"] == shape, name
+        assert rows[name]["provenance"] == "measured" and rows[name]["device"] == "meta"
+    saved = report["fillscope_report"][0]
+    doc = json.loads(server.view(saved["filename"], saved["subfolder"], "output"))
+    assert doc["shapes"]["schema"] == "fillscope.shapes/1"
+    decode = shapes_doc(entry, prompt, "FillScopeVAEDecode")
+    assert [r["node"] for r in decode["trail"]][-1] == "FillScopeFluxFillSampler"
+    assert any("meta weights" in w for w in decode["node"]["warnings"])
+
+
+def test_inpaint_workflow_runs_on_the_tiny_folder_and_saves_an_image(server):
+    prompt = load_api("flux_fill_inpaint")
+    entry = server.run(prompt, timeout=600)
+    saved = entry["outputs"][node_id(prompt, "SaveImage")]["images"][0]
+    png = Image.open(__import__("io").BytesIO(server.view(saved["filename"], saved["subfolder"], saved["type"])))
+    assert png.size == (128, 96)
+    cond = tensors(shapes_doc(entry, prompt, "FillScopeFluxFillCondition"))
+    assert cond["fill_condition"]["shape"] == [1, 48, 320]  # 96x128 -> 6*8 tokens
+    assert cond["fill_condition"]["device"] == "cpu"
+    sampler = shapes_doc(entry, prompt, "FillScopeFluxFillSampler")
+    assert sampler["node"]["facts"]["steps_run"] == 28
+    assert tensors(sampler)["transformer.input"]["shape"] == [1, 48, 384]
+
+
+def test_committed_workflows_are_the_generated_graphs(server):
+    info = server.object_info()
+    for g in graphs.GRAPHS:
+        api, ui = graphs.render(g, info)
+        assert (WORKFLOWS / f"{g.name}.api.json").read_text() == api, g.name
+        assert json.loads((WORKFLOWS / f"{g.name}.json").read_text())["nodes"] == json.loads(ui)["nodes"], g.name
+
+
+@pytest.mark.parametrize("name", [g.name for g in graphs.GRAPHS])
+def test_ui_workflow_nodes_exist_and_widget_values_fit(server, name):
+    info = server.object_info()
+    ui = json.loads((WORKFLOWS / f"{name}.json").read_text())
+    for node in ui["nodes"]:
+        assert node["type"] in info, node["type"]
+        values = list(node["widgets_values"])
+        for wname, opts in graphs.widget_names(info[node["type"]]):
+            spec = {**info[node["type"]]["input"]["required"], **info[node["type"]]["input"].get("optional", {})}[wname]
+            value = values.pop(0)
+            kind = spec[0]
+            if isinstance(kind, list) or kind == "COMBO":
+                options = kind if isinstance(kind, list) else opts.get("options", [])
+                if wname != "upload":
+                    assert value in options, (node["type"], wname, value)
+            elif kind == "INT":
+                assert isinstance(value, int) and opts.get("min", value) <= value <= opts.get("max", value)
+            elif kind == "FLOAT":
+                assert opts.get("min", value) <= value <= opts.get("max", value)
+            elif kind == "BOOLEAN":
+                assert isinstance(value, bool)
+            elif kind == "STRING":
+                assert isinstance(value, str)
+            if opts.get("control_after_generate"):
+                assert values.pop(0) in ("fixed", "increment", "decrement", "randomize")
+        assert values == [], (node["type"], values)
+
+
+def test_image_mask_size_mismatch_is_a_clear_error(server):
+    prompt = load_api("flux_fill_inpaint")
+    prompt[node_id(prompt, "LoadImage")]["inputs"]["image"] = "fillscope_rgb.png"  # no alpha: 64x64 mask
+    with pytest.raises(ComfyExecutionError) as e:
+        server.run(prompt, timeout=300)
+    msg = str(e.value)
+    assert "input 'mask'" in msg and "64x64" in msg and "128x96" in msg and "Fix:" in msg
+    assert_still_serving(server)
+
+
+def test_missing_model_folder_is_refused_at_validation(server):
+    prompt = load_api("flux_fill_inpaint")
+    prompt[node_id(prompt, "FillScopeLoadVAE")]["inputs"]["source"] = "FLUX.1-Fill-missing"
+    with pytest.raises(ComfyPromptError) as e:
+        server.queue(prompt)
+    msg = json.dumps(e.value.body)
+    assert "FLUX.1-Fill-missing" in msg and "was not found under models/diffusers" in msg and "Fix:" in msg
+    assert_still_serving(server)
+
+
+def test_path_outside_the_model_folders_is_refused(server):
+    prompt = load_api("flux_fill_inpaint")
+    prompt[node_id(prompt, "FillScopeLoadVAE")]["inputs"]["source"] = "../../../etc"
+    with pytest.raises(ComfyPromptError) as e:
+        server.queue(prompt)
+    assert "outside ComfyUI's models/diffusers" in json.dumps(e.value.body)
+
+
+def test_folder_of_another_model_names_what_it_is(server):
+    prompt = load_api("flux_fill_inpaint")
+    prompt[node_id(prompt, "FillScopeLoadFluxFillTransformer")]["inputs"]["source"] = "FLUX.1-dev-tiny"
+    with pytest.raises(ComfyExecutionError) as e:
+        server.run(prompt, timeout=300)
+    msg = str(e.value)
+    assert "FLUX.1 [dev]/[schnell] text-to-image" in msg and "FluxPipeline" in msg and "Fix:" in msg
+    assert_still_serving(server)
+
+
+def test_odd_size_runs_padded_and_says_so(server):
+    prompt = meta_prompt(1023, 777)
+    entry = server.run(prompt, timeout=300)
+    cond = shapes_doc(entry, prompt, "FillScopeFluxFillCondition")
+    assert any("1023x777 padded" in n for n in cond["node"]["notes"])
+    assert tensors(cond)["fill_condition"]["shape"] == [1, 49 * 64, 320]
+    decode = tensors(shapes_doc(entry, prompt, "FillScopeVAEDecode"))
+    assert decode["image"]["shape"] == [1, 777, 1023, 3]
+
+
+def test_empty_mask_returns_the_input_with_a_warning(server):
+    prompt = load_api("flux_fill_inpaint")
+    load = node_id(prompt, "LoadImage")
+    prompt["90"] = {"class_type": "FillScopeSyntheticImageMask", "inputs": {"width": 128, "height": 96, "mask_fraction": 0.0}}
+    cond = prompt[node_id(prompt, "FillScopeFluxFillCondition")]["inputs"]
+    cond["mask"] = ["90", 1]
+    del prompt[load]
+    cond["image"] = ["90", 0]
+    entry = server.run(prompt, timeout=300)
+    sampler = shapes_doc(entry, prompt, "FillScopeFluxFillSampler")
+    assert any("mask is empty" in w for w in sampler["node"]["warnings"])
+    decode = shapes_doc(entry, prompt, "FillScopeVAEDecode")
+    assert any("returned unchanged" in w for w in decode["node"]["warnings"])
+    assert "transformer.input" not in tensors(sampler)  # no denoiser step ran
+    assert_still_serving(server)
