@@ -214,7 +214,7 @@ def decode_to_image(vae: Component, latent: FluxLatent, observe=None):
         return prepared.source.clone()
     decoded = vae_ops.decode(vae, latent.latents)  # [B,3,H,W]
     observe("decoded_image", decoded)
-    grid = decoded.permute(0, 2, 3, 1)  # [B,H,W,3]
+    grid = vae_ops.to_unit_range(decoded).permute(0, 2, 3, 1)  # [B,H,W,3]
     if grid.device.type == "meta":
         grid = torch.zeros(grid.shape, dtype=torch.float32)
     return restore_geometry(grid.cpu(), prepared.geometry, prepared.source)

@@ -37,12 +37,16 @@ def encode(comp: Component, image_pm1):
 
 
 def decode(comp: Component, latents):
-    """Model latents [B,16,h,w] -> image [B,3,8h,8w] in [0,1] (float32)."""
+    """Model latents [B,16,h,w] -> the decoder's output [B,3,8h,8w] in [-1,1], in the VAE's dtype."""
     import torch
 
     fmt = latent_format(comp)
     vae = comp.model
     with torch.inference_mode():
         z = latents.to(device=comp.device, dtype=vae.dtype) / fmt.scale + fmt.shift
-        image = vae.decode(z, return_dict=False)[0]
-    return (image.float() / 2 + 0.5).clamp(0, 1)
+        return vae.decode(z, return_dict=False)[0]
+
+
+def to_unit_range(decoded):
+    """Decoder output in [-1,1] -> float32 [0,1], as diffusers' postprocess does."""
+    return (decoded.float() / 2 + 0.5).clamp(0, 1)
