@@ -1,0 +1,53 @@
+"""The pack as ComfyUI and its registry see it: light import, registry metadata, requirements in step."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+from comfy_server import comfyui_path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_loading_the_pack_imports_no_diffusers_or_transformers():
+    code = f"""
+import sys, importlib.util, asyncio
+sys.path.insert(0, {str(comfyui_path())!r})
+spec = importlib.util.spec_from_file_location("FillScope", {str(REPO / "__init__.py")!r},
+                                              submodule_search_locations=[{str(REPO)!r}])
+mod = importlib.util.module_from_spec(spec); sys.modules["FillScope"] = mod; spec.loader.exec_module(mod)
+ext = asyncio.run(mod.comfy_entrypoint())
+nodes = asyncio.run(ext.get_node_list())
+assert len(nodes) >= 13, nodes
+heavy = [m for m in ("diffusers", "transformers") if m in sys.modules]
+print("HEAVY", heavy)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "HEAVY []" in out.stdout
+
+
+def test_engine_imports_without_comfyui():
+    code = "import sys; import fillscope.flux_fill, fillscope.cli; print(sorted(m for m in sys.modules if m.startswith(('comfy', 'folder_paths'))))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd="/")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+def test_requirements_txt_matches_pyproject_dependencies():
+    deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    reqs = [l.strip() for l in (REPO / "requirements.txt").read_text().splitlines() if l.strip() and not l.startswith("#")]
+    assert sorted(reqs) == sorted(deps)
+
+
+def test_comfy_node_validate_passes_in_the_pack_root():
+    comfy = Path(sys.executable).parent / "comfy"
+    env = dict(os.environ, DO_NOT_TRACK="1", PATH=f"{comfy.parent}:{os.environ.get('PATH', '')}")
+    out = subprocess.run([str(comfy), "--skip-prompt", "node", "validate"], cwd=REPO, capture_output=True,
+                         text=True, timeout=300, env=env)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "validation checks passed" in out.stdout + out.stderr
