@@ -102,18 +102,40 @@ def _transformers_config(kind: str, config: dict):
     raise KeyError(kind)
 
 
-def build_on_meta(kind: str, config: dict | None = None):
-    """The component's full topology on the meta device (no storage, ~0.1 s even for the 12B transformer)."""
+def build_on_meta(kind: str, config: dict | None = None, dtype=None):
+    """The component's full topology on the meta device (no storage, ~0.1 s even for the 12B transformer),
+    created directly in `dtype`, except the modules a model class keeps in fp32 (T5's `wo` under fp16)."""
     import torch
 
     config = dict(config or shipped_config(kind))
     cls = _model_class(kind)
-    with torch.device("meta"):
-        if COMPONENTS[kind].library == "diffusers":
-            model = cls.from_config(config)
-        else:
-            model = cls(_transformers_config(kind, config))
+    previous = torch.get_default_dtype()
+    if dtype is not None:
+        torch.set_default_dtype(dtype)
+    try:
+        with torch.device("meta"):
+            if COMPONENTS[kind].library == "diffusers":
+                model = cls.from_config(config)
+            else:
+                model = cls(_transformers_config(kind, config))
+    finally:
+        torch.set_default_dtype(previous)
+    if dtype == torch.float16:
+        keep = getattr(model, "_keep_in_fp32_modules", None) or []
+        for name, module in model.named_modules():
+            if any(name.endswith(k) or f".{k}." in f".{name}." for k in keep):
+                module.to(torch.float32)
     return model.eval().requires_grad_(False)
+
+
+def _dtype_kwarg() -> str:
+    """diffusers >= 0.42 takes `dtype` (torch_dtype still works there but warns); older releases torch_dtype."""
+    try:
+        from diffusers.utils import deprecation_utils
+
+        return "dtype" if hasattr(deprecation_utils, "_TORCH_DTYPE_DEPRECATION_MESSAGE") else "torch_dtype"
+    except ImportError:
+        return "torch_dtype"
 
 
 def _is_norm_weight(name: str, shape) -> bool:
@@ -121,7 +143,7 @@ def _is_norm_weight(name: str, shape) -> bool:
     return len(shape) == 1 and name.endswith("weight") and any("norm" in part for part in leaf[:-1])
 
 
-def fill_placeholder(model, seed: int, device: str, dtype) -> None:
+def fill_placeholder(model, seed: int, device: str) -> None:
     """Materialise a meta-built model on `device` and fill it deterministically: weights uniform in
     +-1/sqrt(fan_in) (keeps activations finite through deep stacks), norm scales 1, biases 0. Each tensor's
     stream is seeded from (seed, its qualified name), so the values do not depend on build order or device
@@ -129,7 +151,6 @@ def fill_placeholder(model, seed: int, device: str, dtype) -> None:
     import torch
 
     model.to_empty(device=device)
-    model.to(dtype)
     with torch.no_grad():
         for name, param in model.named_parameters():
             if _is_norm_weight(name, param.shape):
@@ -205,7 +226,7 @@ def load_from_folder(kind: str, folder: Path, dtype: str, device: str, input_nam
     td = torch_dtype(dtype)
     if spec.library == "diffusers":
         cls = _model_class(kind, config.get("_class_name"))
-        model = cls.from_pretrained(sub, torch_dtype=td, local_files_only=True, use_safetensors=True)
+        model = cls.from_pretrained(sub, local_files_only=True, use_safetensors=True, **{_dtype_kwarg(): td})
     else:
         arch = (config.get("architectures") or [spec.class_name])[0]
         cls = _model_class(kind, arch)
@@ -249,11 +270,11 @@ def load_component(
     dev = resolve_device(device, source_str)
     td = torch_dtype(dtype)
     if source_str == META:
-        model = build_on_meta(kind).to(td)
+        model = build_on_meta(kind, dtype=td)
         return Component(kind, model, META, "meta (full topology, no storage)", "meta", dtype, shipped_config(kind))
     if source_str == PLACEHOLDER:
-        model = build_on_meta(kind)
-        fill_placeholder(model, seed, dev, td)
+        model = build_on_meta(kind, dtype=td)
+        fill_placeholder(model, seed, dev)
         return Component(kind, model, PLACEHOLDER, f"placeholder (deterministic, seed={seed})", dev, dtype, shipped_config(kind))
     folder = Path(source_str)
     model, config = load_from_folder(kind, folder, dtype, dev, input_name, expected_pipeline)

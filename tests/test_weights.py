@@ -1,0 +1,67 @@
+"""Weight sources: placeholder values are deterministic and finite on the full topology; folders of the wrong
+model or without safetensors are refused with a message naming the folder and the fix."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from fillscope import vae
+from fillscope.errors import FillScopeInputError
+from fillscope.weights import load_component
+
+
+def test_placeholder_vae_is_full_topology_deterministic_and_finite():
+    a = load_component("flux_vae", "placeholder", dtype="fp32", device="cpu", seed=3)
+    b = load_component("flux_vae", "placeholder", dtype="fp32", device="cpu", seed=3)
+    c = load_component("flux_vae", "placeholder", dtype="fp32", device="cpu", seed=4)
+    assert sum(p.numel() for p in a.model.parameters()) == 83_819_683
+    for (name, pa), (_, pb) in zip(a.model.state_dict().items(), b.model.state_dict().items()):
+        assert torch.equal(pa, pb), name
+    assert not torch.equal(a.model.encoder.conv_in.weight, c.model.encoder.conv_in.weight)
+    image = torch.rand(1, 3, 32, 32) * 2 - 1
+    z = vae.encode(a, image)
+    assert z.shape == (1, 16, 4, 4)
+    assert torch.isfinite(vae.decode(a, z)).all()
+
+
+def test_fp16_t5_keeps_its_wo_projections_in_fp32():
+    t5 = load_component("t5_xxl", "meta", dtype="fp16")
+    wo = {p.dtype for n, p in t5.model.named_parameters() if n.endswith("wo.weight")}
+    rest = {p.dtype for n, p in t5.model.named_parameters() if not n.endswith("wo.weight")}
+    assert wo == {torch.float32} and rest == {torch.float16}
+
+
+def test_missing_folder_names_the_fix(tmp_path):
+    with pytest.raises(FillScopeInputError) as e:
+        load_component("flux_vae", tmp_path / "nope", dtype="fp32", device="cpu")
+    assert "does not exist" in str(e.value) and "models/diffusers" in str(e.value)
+
+
+def test_pickled_weights_are_refused(tmp_path):
+    sub = tmp_path / "repo" / "vae"
+    sub.mkdir(parents=True)
+    (sub / "config.json").write_text(json.dumps({"_class_name": "AutoencoderKL", "latent_channels": 16}))
+    (sub / "diffusion_pytorch_model.bin").write_bytes(b"not loaded")
+    with pytest.raises(FillScopeInputError) as e:
+        load_component("flux_vae", tmp_path / "repo", dtype="fp32", device="cpu")
+    assert "never unpickles" in str(e.value) and "diffusion_pytorch_model.bin" in str(e.value)
+
+
+def test_text_to_image_transformer_is_refused_by_the_fill_loader(tmp_path):
+    sub = tmp_path / "repo" / "transformer"
+    sub.mkdir(parents=True)
+    (sub / "config.json").write_text(json.dumps({"_class_name": "FluxTransformer2DModel", "in_channels": 64}))
+    (sub / "diffusion_pytorch_model.safetensors").write_bytes(b"")
+    with pytest.raises(FillScopeInputError) as e:
+        load_component("flux_fill_transformer", tmp_path / "repo", dtype="fp32", device="cpu")
+    assert "in_channels 64" in str(e.value) and "FLUX.1-Fill-dev" in str(e.value)
+
+
+def test_cuda_request_without_cuda_is_a_clear_error():
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    with pytest.raises(FillScopeInputError, match="no CUDA device"):
+        load_component("flux_vae", "placeholder", dtype="fp32", device="cuda")
