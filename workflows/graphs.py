@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 HERE = Path(__file__).parent
+EXAMPLES = HERE.parent / "example_workflows"  # what ComfyUI's template browser lists
 
 
 @dataclass
@@ -214,11 +215,13 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     info = load_object_info(args.object_info)
     out = Path(args.out)
+    EXAMPLES.mkdir(exist_ok=True)
     for g in GRAPHS:
         api, ui = render(g, info)
         (out / f"{g.name}.api.json").write_text(api)
         (out / f"{g.name}.json").write_text(ui)
-        print(f"wrote {g.name}.api.json and {g.name}.json")
+        (EXAMPLES / f"{g.name}.json").write_text(ui)
+        print(f"wrote {g.name}.api.json, {g.name}.json and example_workflows/{g.name}.json")
     return 0
 
 

@@ -21,6 +21,24 @@ FLUX_FILL_BOUNDARIES = [
 ]
 
 
+# The seed trace's shapes (shared/seeds/000, an A100 BF16 run at 1024x1024, batch 1): a static reference to
+# compare a measured run against, never a figure FillScope reports as its own.
+FLUX_FILL_SEED_1024 = {
+    "clip_l.pooled": [1, 768],
+    "t5.hidden": [1, 512, 4096],
+    "masked_image_latents": [1, 16, 128, 128],
+    "masked_image_latents.packed": [1, 4096, 64],
+    "mask.packed": [1, 4096, 256],
+    "fill_condition": [1, 4096, 320],
+    "transformer.input": [1, 4096, 384],
+    "transformer.output": [1, 4096, 64],
+    "txt_ids": [512, 3],
+    "img_ids": [4096, 3],
+    "latent.unpacked": [1, 16, 128, 128],
+    "decoded_image": [1, 3, 1024, 1024],
+}
+
+
 def all_records(documents) -> list[dict]:
     """Every node record in shapes documents (their trails and nodes), each once, in order."""
     seen, out = set(), []
@@ -50,11 +68,28 @@ def boundary_rows(documents, boundaries=FLUX_FILL_BOUNDARIES) -> list[dict]:
     return rows
 
 
+def compare_with_seed(rows) -> dict | None:
+    """At 1024x1024 batch 1: {tensor: True/False} whether each measured shape equals the seed trace's."""
+    by_name = {r["tensor"]: r["shape"] for r in rows}
+    if by_name.get("decoded_image") != [1, 3, 1024, 1024]:
+        return None
+    return {name: by_name.get(name) == shape for name, shape in FLUX_FILL_SEED_1024.items()}
+
+
 def format_rows(rows) -> str:
     w = max(len(r["boundary"]) for r in rows)
-    lines = [f"{'boundary':<{w}}  {'shape':<22} {'dtype':<9} provenance"]
-    lines.append("-" * (w + 50))
-    for r in rows:
-        prov = f"{r['provenance']} on {r['device']}" if r["provenance"] == MEASURED else r["provenance"]
-        lines.append(f"{r['boundary']:<{w}}  {str(r['shape']):<22} {r['dtype']:<9} {prov} ({r['node']})")
+    seed = compare_with_seed(rows)
+    provs = [f"{r['provenance']} on {r['device']} ({r['node']})" if r["provenance"] == MEASURED else r["provenance"]
+             for r in rows]
+    pw = max(len(p) for p in provs)
+    extra = "  seed 000 (static)" if seed else ""
+    lines = [f"{'boundary':<{w}}  {'shape':<22} {'dtype':<9} {'provenance':<{pw}}{extra}"]
+    lines.append("-" * (w + 34 + pw + len(extra)))
+    for r, prov in zip(rows, provs):
+        cmp = ""
+        if seed and r["tensor"] in seed:
+            cmp = "  same" if seed[r["tensor"]] else f"  DIFFERS: {FLUX_FILL_SEED_1024[r['tensor']]}"
+        lines.append(f"{r['boundary']:<{w}}  {str(r['shape']):<22} {r['dtype']:<9} {prov:<{pw}}{cmp}")
+    if seed:
+        lines.append(f"{sum(seed.values())}/{len(seed)} boundaries equal the seed trace's shapes")
     return "\n".join(lines)
