@@ -8,22 +8,10 @@ import torch
 
 from fillscope import flux_fill, masks, text, vae
 from fillscope.weights import count_parameters
+from fillscope.trace.summary import FLUX_FILL_SEED_1024
 from tiny_flux import comfy_tokenizer_dirs
 
-EXPECTED_1024 = {
-    "clip_l.pooled": [1, 768],
-    "t5.hidden": [1, 512, 4096],
-    "masked_image_latents": [1, 16, 128, 128],
-    "masked_image_latents.packed": [1, 4096, 64],
-    "mask.packed": [1, 4096, 256],
-    "fill_condition": [1, 4096, 320],
-    "transformer.input": [1, 4096, 384],
-    "transformer.output": [1, 4096, 64],
-    "txt_ids": [512, 3],
-    "img_ids": [4096, 3],
-    "latent.unpacked": [1, 16, 128, 128],
-    "decoded_image": [1, 3, 1024, 1024],
-}
+EXPECTED_1024 = FLUX_FILL_SEED_1024  # REFERENCE.md section 1, the seed trace's shapes
 
 
 @pytest.fixture(scope="module")
