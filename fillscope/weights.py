@@ -224,14 +224,29 @@ def load_from_folder(kind: str, folder: Path, dtype: str, device: str, input_nam
     check_component_config(kind, config, input_name, sub)
     spec = COMPONENTS[kind]
     td = torch_dtype(dtype)
-    if spec.library == "diffusers":
-        cls = _model_class(kind, config.get("_class_name"))
-        model = cls.from_pretrained(sub, local_files_only=True, use_safetensors=True, **{_dtype_kwarg(): td})
-    else:
-        arch = (config.get("architectures") or [spec.class_name])[0]
-        cls = _model_class(kind, arch)
-        model = cls.from_pretrained(sub, dtype=td, local_files_only=True, use_safetensors=True)
+    try:
+        if spec.library == "diffusers":
+            cls = _model_class(kind, config.get("_class_name"))
+            model = cls.from_pretrained(sub, local_files_only=True, use_safetensors=True, **{_dtype_kwarg(): td})
+        else:
+            arch = (config.get("architectures") or [spec.class_name])[0]
+            cls = _model_class(kind, arch)
+            model = cls.from_pretrained(sub, dtype=td, local_files_only=True, use_safetensors=True)
+    except Exception as e:
+        # safetensors raises its own SafetensorError (no common base with OSError): matched by name
+        if not isinstance(e, (OSError, ValueError, RuntimeError)) and type(e).__name__ != "SafetensorError":
+            raise
+        raise _unreadable(input_name, sub, e) from e
     return model.to(device).eval().requires_grad_(False), config
+
+
+def _unreadable(input_name: str, sub: Path, error: Exception) -> FillScopeInputError:
+    detail = str(error).strip().splitlines()[0][:300] if str(error).strip() else type(error).__name__
+    return FillScopeInputError(
+        input_name,
+        f"the weights in '{sub}' could not be read ({type(error).__name__}: {detail}).",
+        "the download is probably incomplete or corrupt: download that folder's .safetensors files again.",
+    )
 
 
 def check_component_config(kind: str, config: dict, input_name: str, where: Path) -> None:

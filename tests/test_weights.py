@@ -65,3 +65,19 @@ def test_cuda_request_without_cuda_is_a_clear_error():
         pytest.skip("this machine has CUDA")
     with pytest.raises(FillScopeInputError, match="no CUDA device"):
         load_component("flux_vae", "placeholder", dtype="fp32", device="cuda")
+
+
+def test_truncated_safetensors_in_a_folder_is_a_clear_error(tmp_path):
+    from safetensors.torch import save_file
+
+    from fillscope.specs import shipped_config
+
+    sub = tmp_path / "repo" / "vae"
+    sub.mkdir(parents=True)
+    (sub / "config.json").write_text(json.dumps({"_class_name": "AutoencoderKL", **shipped_config("flux_vae")}))
+    save_file({"encoder.conv_in.weight": torch.zeros(128, 3, 3, 3)}, str(sub / "diffusion_pytorch_model.safetensors"))
+    data = (sub / "diffusion_pytorch_model.safetensors").read_bytes()
+    (sub / "diffusion_pytorch_model.safetensors").write_bytes(data[: len(data) // 2])
+    with pytest.raises(FillScopeInputError) as e:
+        load_component("flux_vae", tmp_path / "repo", dtype="fp32", device="cpu")
+    assert "could not be read" in str(e.value) and "download" in str(e.value)
