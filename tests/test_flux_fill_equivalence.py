@@ -106,3 +106,28 @@ def test_different_seeds_give_different_results(stack, inputs):
     _, a = fillscope_run(stack, image, mask, steps=2, seed=1)
     _, b = fillscope_run(stack, image, mask, steps=2, seed=2)
     assert not torch.allclose(a, b)
+
+
+def test_sampler_reports_every_step_and_stops_when_the_callback_raises(stack, inputs):
+    image, mask = inputs
+    clip = text.encode_clip_l(stack["clip_l"], PROMPT)
+    t5 = text.encode_t5(stack["t5"], PROMPT)
+    cond = flux_fill.build_fill_condition(stack["vae"], masks.prepare_image_and_mask(image, mask))
+    calls = []
+    flux_fill.sample_flux_fill(stack["transformer"], text.flux_text_condition(t5, clip), cond, steps=3,
+                               callback=lambda i, n: calls.append((i, n)))
+    assert calls == [(1, 3), (2, 3), (3, 3)]
+
+    class Interrupted(Exception):
+        pass
+
+    def interrupt_at_two(i, n):
+        calls.append(i)
+        if i == 2:
+            raise Interrupted
+
+    calls.clear()
+    with pytest.raises(Interrupted):
+        flux_fill.sample_flux_fill(stack["transformer"], text.flux_text_condition(t5, clip), cond, steps=5,
+                                   callback=interrupt_at_two)
+    assert calls == [1, 2]
