@@ -12,10 +12,11 @@ Shapes below are for 1024x1024, batch 1 (N = 4096 tokens).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from . import vae as vae_ops
 from .errors import FillScopeInputError
+from .latents import SampledLatent, observer_or_noop, decode_to_image  # noqa: F401  (re-exported: the FLUX path end to end)
 from .masks import PreparedInput
 from .sampling import euler_step, flux_dynamic_mu, flux_sigmas, initial_noise, truncate_for_denoise
 from .specs import flux_image_ids, flux_scheduler_config, pack_latents, unpack_latents
@@ -64,15 +65,11 @@ class FillCondition:
         return self._source_latents
 
 
-def _observer(observe):
-    return observe if observe is not None else (lambda name, tensor: None)
-
-
 def build_fill_condition(vae: Component, prepared: PreparedInput, observe=None) -> FillCondition:
     """`observe(name, tensor)` sees every boundary tensor (the shape records use it)."""
     import torch
 
-    observe = _observer(observe)
+    observe = observer_or_noop(observe)
 
     if vae.config.get("latent_channels", 16) != 16:
         raise FillScopeInputError("vae", "FLUX Fill needs the 16-channel FLUX VAE.", "connect the FLUX VAE loader.")
@@ -92,16 +89,6 @@ def build_fill_condition(vae: Component, prepared: PreparedInput, observe=None) 
     return FillCondition(condition, masked_latents, prepared, vae, lh, lw)
 
 
-@dataclass
-class FluxLatent:
-    """Sampler output: model-space latents [B,16,h,w] and how to get back to the user's image."""
-
-    latents: object
-    prepared: PreparedInput
-    unchanged: bool = False  # empty mask: decode returns the source as is
-    info: dict = field(default_factory=dict)
-
-
 def sample_flux_fill(
     transformer: Component,
     text: FluxTextCondition,
@@ -114,12 +101,12 @@ def sample_flux_fill(
     callback=None,
     noise=None,
     observe=None,
-) -> FluxLatent:
+) -> SampledLatent:
     """Flow-matching Euler over FLUX Fill. `callback(step, total)` runs after every step (ComfyUI's progress
     bar raises from it on interrupt). `noise` overrides the seeded initial noise [B,16,h,w]."""
     import torch
 
-    observe = _observer(observe)
+    observe = observer_or_noop(observe)
     if steps < 1:
         raise FillScopeInputError("steps", "must be at least 1.", "set steps to 1 or more.")
     if not 0.0 < denoise <= 1.0:
@@ -141,7 +128,7 @@ def sample_flux_fill(
         raise FillScopeInputError("text", f"batch {text.t5_hidden.shape[0]} for {b} images.", "encode one prompt.")
 
     if cond.is_empty:
-        return FluxLatent(cond.masked_latents, cond.prepared, unchanged=True, info={"skipped": "empty mask"})
+        return SampledLatent(cond.masked_latents, cond.prepared, "flux", unchanged=True, info={"skipped": "empty mask"})
 
     sched = flux_scheduler_config()
     mu = flux_dynamic_mu(
@@ -198,23 +185,4 @@ def sample_flux_fill(
     out = unpack_latents(x, lh, lw)  # [B,16,h,w]
     observe("latent.unpacked", out)
     info = {"steps_run": run_steps, "mu": mu, "sigma_start": float(sigmas[0]), "tokens": n_tokens}
-    return FluxLatent(out, cond.prepared, info=info)
-
-
-def decode_to_image(vae: Component, latent: FluxLatent, observe=None):
-    """[B,16,h,w] -> IMAGE [B,H,W,3] at the user's input size. An empty-mask result is the source itself.
-    On the meta device there are no pixel values: the IMAGE is zeros of the right size (the node says so)."""
-    import torch
-
-    from .masks import restore_geometry
-
-    observe = _observer(observe)
-    prepared = latent.prepared
-    if latent.unchanged:
-        return prepared.source.clone()
-    decoded = vae_ops.decode(vae, latent.latents)  # [B,3,H,W]
-    observe("decoded_image", decoded)
-    grid = vae_ops.to_unit_range(decoded).permute(0, 2, 3, 1)  # [B,H,W,3]
-    if grid.device.type == "meta":
-        grid = torch.zeros(grid.shape, dtype=torch.float32)
-    return restore_geometry(grid.cpu(), prepared.geometry, prepared.source)
+    return SampledLatent(out, cond.prepared, "flux", info=info)

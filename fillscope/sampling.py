@@ -27,14 +27,20 @@ def flux_sigmas(steps: int, mu: float):
     return torch.cat([sigmas, torch.zeros(1)])
 
 
-def shifted_sigmas(steps: int, shift: float):
-    """SD3's static shift: sigma' = s*sigma / (1 + (s-1)*sigma) over linspace(1, 1/steps), terminal 0."""
+def static_shift_sigmas(steps: int, shift: float, num_train_timesteps: int = 1000):
+    """SD3's schedule, as FlowMatchEulerDiscreteScheduler(shift=s).set_timesteps(steps) computes it: the
+    scheduler's own range [sigma_max, sigma_min] (already shifted once at construction: 1.0 .. ~0.003 for s=3),
+    spaced linearly, shifted again by s*x / (1 + (s-1)*x), terminal 0 appended."""
     import numpy as np
     import torch
 
-    base = np.linspace(1.0, 1.0 / steps, steps).astype(np.float32)
+    n = num_train_timesteps
+    train = torch.from_numpy(np.linspace(1, n, n, dtype=np.float32)[::-1].copy()) / n
+    train = shift * train / (1 + (shift - 1) * train)
+    sigma_max, sigma_min = train[0].item(), train[-1].item()
+    base = np.linspace(sigma_max * n, sigma_min * n, steps) / n
     shifted = shift * base / (1 + (shift - 1) * base)
-    return torch.cat([torch.from_numpy(np.asarray(shifted)).to(torch.float32), torch.zeros(1)])
+    return torch.cat([torch.from_numpy(shifted).to(torch.float32), torch.zeros(1)])
 
 
 def truncate_for_denoise(sigmas, steps: int, denoise: float):

@@ -16,32 +16,62 @@ CONFIG_DIR = Path(__file__).parent / "configs"
 
 @dataclass(frozen=True)
 class ComponentKind:
-    """One loadable component: which class builds it, its shipped production config, and the diffusers
-    repo sub-folder it lives in."""
+    """One loadable component: which class builds it and its shipped production configs (one per variant,
+    the first is the default)."""
 
     key: str
     title: str
     library: str  # "diffusers" or "transformers"
     class_name: str
-    config_file: str
-    subfolder: str
+    variants: dict  # variant name -> shipped config file
+
+    @property
+    def default_variant(self) -> str:
+        return next(iter(self.variants))
 
 
 COMPONENTS: dict[str, ComponentKind] = {
     kind.key: kind
     for kind in (
-        ComponentKind("clip_l", "CLIP-L", "transformers", "CLIPTextModelWithProjection", "clip_l.json", "text_encoder"),
-        ComponentKind("t5_xxl", "T5-XXL", "transformers", "T5EncoderModel", "t5_xxl.json", "text_encoder_2"),
+        ComponentKind("clip_l", "CLIP-L", "transformers", "CLIPTextModelWithProjection", {"clip-l": "clip_l.json"}),
+        ComponentKind("clip_g", "CLIP-G (OpenCLIP bigG)", "transformers", "CLIPTextModelWithProjection", {"clip-g": "clip_g.json"}),
+        ComponentKind("t5_xxl", "T5-XXL", "transformers", "T5EncoderModel", {"t5-xxl": "t5_xxl.json"}),
         ComponentKind(
-            "flux_fill_transformer",
-            "FLUX.1 Fill transformer",
-            "diffusers",
-            "FluxTransformer2DModel",
-            "flux_fill_transformer.json",
-            "transformer",
+            "flux_fill_transformer", "FLUX.1 Fill transformer", "diffusers", "FluxTransformer2DModel",
+            {"flux.1-fill-dev": "flux_fill_transformer.json"},
         ),
-        ComponentKind("flux_vae", "FLUX VAE", "diffusers", "AutoencoderKL", "flux_vae.json", "vae"),
+        ComponentKind("flux_vae", "FLUX VAE", "diffusers", "AutoencoderKL", {"flux": "flux_vae.json"}),
+        ComponentKind("sd3_vae", "SD3 VAE", "diffusers", "AutoencoderKL", {"sd3": "sd3_vae.json"}),
+        ComponentKind(
+            "sd3_transformer", "SD3 transformer", "diffusers", "SD3Transformer2DModel",
+            {"sd3-medium": "sd3_medium_transformer.json", "sd3.5-medium": "sd35_medium_transformer.json",
+             "sd3.5-large": "sd35_large_transformer.json"},
+        ),
+        ComponentKind(
+            "sd3_controlnet", "SD3 inpainting ControlNet", "diffusers", "SD3ControlNetModel",
+            {"alimama-sd3-inpainting": "sd3_controlnet_inpaint.json"},
+        ),
     )
+}
+
+# Where each component lives in a diffusers repository, per pipeline class: kind -> (model folder, tokenizer folder).
+_FLUX_LAYOUT = {"clip_l": ("text_encoder", "tokenizer"), "t5_xxl": ("text_encoder_2", "tokenizer_2"), "flux_vae": ("vae", None)}
+_SD3_LAYOUT = {
+    "clip_l": ("text_encoder", "tokenizer"),
+    "clip_g": ("text_encoder_2", "tokenizer_2"),
+    "t5_xxl": ("text_encoder_3", "tokenizer_3"),
+    "sd3_transformer": ("transformer", None),
+    "sd3_vae": ("vae", None),
+}
+PIPELINE_LAYOUTS: dict[str, dict] = {
+    "FluxFillPipeline": {**_FLUX_LAYOUT, "flux_fill_transformer": ("transformer", None)},
+    "FluxPipeline": _FLUX_LAYOUT,
+    "FluxKontextPipeline": _FLUX_LAYOUT,
+    "StableDiffusion3Pipeline": _SD3_LAYOUT,
+    "StableDiffusion3Img2ImgPipeline": _SD3_LAYOUT,
+    "StableDiffusion3InpaintPipeline": _SD3_LAYOUT,
+    "StableDiffusion3ControlNetPipeline": {**_SD3_LAYOUT, "sd3_controlnet": ("controlnet", None)},
+    "StableDiffusion3ControlNetInpaintingPipeline": {**_SD3_LAYOUT, "sd3_controlnet": ("controlnet", None)},
 }
 
 
@@ -50,15 +80,21 @@ def _read_config(name: str) -> str:
     return (CONFIG_DIR / name).read_text()
 
 
-def shipped_config(kind: str) -> dict:
+def shipped_config(kind: str, variant: str | None = None) -> dict:
     """The production config of a component as shipped with the pack (keys starting with '_' removed)."""
-    raw = json.loads(_read_config(COMPONENTS[kind].config_file))
+    spec = COMPONENTS[kind]
+    name = spec.variants[variant or spec.default_variant]
+    raw = json.loads(_read_config(name))
+    return {k: v for k, v in raw.items() if not k.startswith("_")}
+
+
+def scheduler_config(name: str) -> dict:
+    raw = json.loads(_read_config(f"{name}_scheduler.json"))
     return {k: v for k, v in raw.items() if not k.startswith("_")}
 
 
 def flux_scheduler_config() -> dict:
-    raw = json.loads(_read_config("flux_scheduler.json"))
-    return {k: v for k, v in raw.items() if not k.startswith("_note")}
+    return scheduler_config("flux")
 
 
 @dataclass(frozen=True)

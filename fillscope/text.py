@@ -17,12 +17,13 @@ CLIP_MAX_LENGTH = 77
 FLUX_T5_MAX_LENGTH = 512
 
 
-def load_clip_tokenizer(folder: Path):
+def load_clip_tokenizer(folder: Path, pad_token: str | None = None):
     from transformers import CLIPTokenizer
 
-    # ComfyUI's CLIP tokenizer config says model_max_length 8192; CLIP-L has 77 positions.
-    # from_pretrained(folder), not CLIPTokenizer(vocab_file=...): the latter builds a 3-token vocab in transformers 5.
-    tok = CLIPTokenizer.from_pretrained(str(folder), model_max_length=CLIP_MAX_LENGTH)
+    # ComfyUI's CLIP tokenizer config says model_max_length 8192; CLIP has 77 positions.
+    # from_pretrained(folder), not CLIPTokenizer(vocab_file=...): the latter builds a 2-token vocab in transformers 5.
+    extra = {"pad_token": pad_token} if pad_token else {}
+    tok = CLIPTokenizer.from_pretrained(str(folder), model_max_length=CLIP_MAX_LENGTH, **extra)
     if len(tok) != 49408:
         raise RuntimeError(f"CLIP tokenizer in {folder} has {len(tok)} tokens, expected 49408")
     return tok
@@ -34,30 +35,38 @@ def load_t5_tokenizer(folder: Path):
     return T5TokenizerFast.from_pretrained(str(folder))
 
 
-def _tokenizer_folder(source: str, subfolder: str, fallback: Path | None, input_name: str) -> Path:
-    if source not in (META, PLACEHOLDER):
-        candidate = Path(source) / subfolder
-        if candidate.is_dir():
-            return candidate
+def _tokenizer_folder(comp: Component, fallback: Path | None, input_name: str) -> tuple[Path, bool]:
+    """(folder, from_repository): the repository's own tokenizer, else ComfyUI's files."""
+    own = comp.extras.get("tokenizer_folder")
+    if own is not None and Path(own).is_dir():
+        return Path(own), True
     if fallback is None or not Path(fallback).is_dir():
         raise FillScopeInputError(
             input_name,
-            f"no tokenizer found (looked in {source}/{subfolder} and ComfyUI's tokenizer files {fallback}).",
+            f"no tokenizer found (the weights come without one and ComfyUI's tokenizer files {fallback} are missing).",
             "use a complete diffusers repository or a ComfyUI install that ships comfy/sd1_tokenizer and "
             "comfy/text_encoders/t5_tokenizer.",
         )
-    return Path(fallback)
+    return Path(fallback), False
 
 
 def load_clip_l(source, *, dtype="bf16", device="auto", seed=0, tokenizer_fallback: Path | None = None) -> Component:
     comp = load_component("clip_l", source, dtype=dtype, device=device, seed=seed, input_name="clip_l source")
-    comp.tokenizer = load_clip_tokenizer(_tokenizer_folder(comp.source, "tokenizer", tokenizer_fallback, "clip_l source"))
+    comp.tokenizer = load_clip_tokenizer(_tokenizer_folder(comp, tokenizer_fallback, "clip_l source")[0])
+    return comp
+
+
+def load_clip_g(source, *, dtype="bf16", device="auto", seed=0, tokenizer_fallback: Path | None = None) -> Component:
+    comp = load_component("clip_g", source, dtype=dtype, device=device, seed=seed, input_name="clip_g source")
+    folder, own = _tokenizer_folder(comp, tokenizer_fallback, "clip_g source")
+    # bigG pads with "!" (id 0), not with the end token: SD3's tokenizer_2 and ComfyUI's SDXL/SD3 clip_g agree.
+    comp.tokenizer = load_clip_tokenizer(folder, pad_token=None if own else "!")
     return comp
 
 
 def load_t5(source, *, dtype="bf16", device="auto", seed=0, tokenizer_fallback: Path | None = None) -> Component:
     comp = load_component("t5_xxl", source, dtype=dtype, device=device, seed=seed, input_name="t5 source")
-    comp.tokenizer = load_t5_tokenizer(_tokenizer_folder(comp.source, "tokenizer_2", tokenizer_fallback, "t5 source"))
+    comp.tokenizer = load_t5_tokenizer(_tokenizer_folder(comp, tokenizer_fallback, "t5 source")[0])
     return comp
 
 
@@ -68,9 +77,12 @@ def clip_text_model(model):
 
 @dataclass
 class ClipOutput:
-    pooled: object  # [B, 768] pooler_output (EOS token), what FLUX conditions on
-    last_hidden: object  # [B, 77, 768]
+    pooled: object  # [B, width] pooler_output (EOS token), what FLUX conditions on
+    last_hidden: object  # [B, 77, width] after the final layer norm
+    penultimate: object  # [B, 77, width] hidden_states[-2], what SD3 conditions on
+    text_embeds: object | None  # [B, projection] projected pooled (SD3's pooled input); None without a projection
     input_ids: object  # [B, 77] on CPU
+    encoder: str = "clip_l"
 
 
 def tokenize(tokenizer, prompt: str, max_length: int):
@@ -80,13 +92,26 @@ def tokenize(tokenizer, prompt: str, max_length: int):
     ).input_ids
 
 
-def encode_clip_l(comp: Component, prompt: str) -> ClipOutput:
+def encode_clip(comp: Component, prompt: str) -> ClipOutput:
+    """CLIP-L or CLIP-G: 77 tokens -> last hidden, penultimate hidden, pooled and (with a projection) text_embeds."""
     import torch
 
     ids = tokenize(comp.tokenizer, prompt, CLIP_MAX_LENGTH)
+    projection = getattr(comp.model, "text_projection", None)
     with torch.inference_mode():
-        out = clip_text_model(comp.model)(ids.to(comp.device), output_hidden_states=False)
-    return ClipOutput(pooled=out.pooler_output, last_hidden=out.last_hidden_state, input_ids=ids)
+        out = clip_text_model(comp.model)(ids.to(comp.device), output_hidden_states=True)
+        embeds = projection(out.pooler_output) if projection is not None else None
+    return ClipOutput(
+        pooled=out.pooler_output,
+        last_hidden=out.last_hidden_state,
+        penultimate=out.hidden_states[-2],
+        text_embeds=embeds,
+        input_ids=ids,
+        encoder=comp.kind,
+    )
+
+
+encode_clip_l = encode_clip
 
 
 @dataclass
@@ -123,3 +148,32 @@ class FluxTextCondition:
 
 def flux_text_condition(t5: T5Output, clip: ClipOutput) -> FluxTextCondition:
     return FluxTextCondition(t5_hidden=t5.hidden, pooled=clip.pooled)
+
+
+@dataclass
+class SD3TextCondition:
+    """What the SD3 MMDiT reads from text: the joint context and the pooled vector."""
+
+    context: object  # [B, 77 + T5 tokens, 4096] = (CLIP-L ++ CLIP-G penultimate, zero-padded to 4096) cat T5
+    pooled: object  # [B, 2048] = CLIP-L text_embeds ++ CLIP-G text_embeds
+
+
+def sd3_text_condition(clip_l: ClipOutput, clip_g: ClipOutput, t5: T5Output) -> SD3TextCondition:
+    import torch
+    import torch.nn.functional as F
+
+    for name, out, want in (("clip_l", clip_l, "clip_l"), ("clip_g", clip_g, "clip_g")):
+        if out.encoder != want:
+            raise FillScopeInputError(name, f"got the {out.encoder.replace('_', '-').upper()} encoding.", f"wire the {want.replace('_', '-').upper()} encode node here.")
+        if out.text_embeds is None:
+            raise FillScopeInputError(
+                name,
+                f"this {want.replace('_', '-').upper()} has no text projection (e.g. the CLIP-L of a FLUX repository); SD3's pooled vector needs it.",
+                "load it from the SD3 repository (or the clip_l/clip_g file), which includes the projection.",
+            )
+    dtype = t5.hidden.dtype
+    clip = torch.cat([clip_l.penultimate.to(dtype), clip_g.penultimate.to(dtype)], dim=-1)  # [B,77,768+1280]
+    clip = F.pad(clip, (0, t5.hidden.shape[-1] - clip.shape[-1]))  # [B,77,4096]
+    context = torch.cat([clip, t5.hidden], dim=-2)  # [B,77+256,4096]
+    pooled = torch.cat([clip_l.text_embeds, clip_g.text_embeds], dim=-1)  # [B,2048]
+    return SD3TextCondition(context=context, pooled=pooled)

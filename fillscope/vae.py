@@ -6,21 +6,30 @@ diffusers to its `argmax` mode, which is the same mean, to compare).
 
 from __future__ import annotations
 
-from .specs import FLUX_LATENT, LatentFormat
+from .errors import FillScopeInputError
+from .specs import FLUX_LATENT, SD3_LATENT, LatentFormat
 from .weights import Component, load_component
 
 
-def load_vae(source, *, dtype="bf16", device="auto", seed=0) -> Component:
-    return load_component("flux_vae", source, dtype=dtype, device=device, seed=seed, input_name="vae source")
+VAE_KINDS = ("flux", "sd3")
+
+
+def load_vae(source, *, kind="flux", dtype="bf16", device="auto", seed=0) -> Component:
+    """kind: 'flux' (scale 0.3611, shift 0.1159) or 'sd3' (1.5305, 0.0609); a folder's config must agree."""
+    if kind not in VAE_KINDS:
+        raise FillScopeInputError("kind", f"unknown VAE kind {kind!r}.", f"use one of {', '.join(VAE_KINDS)}.")
+    return load_component(f"{kind}_vae", source, dtype=dtype, device=device, seed=seed, input_name="vae source")
 
 
 def latent_format(comp: Component) -> LatentFormat:
+    """The VAE's latent format, from its config (the shipped one for meta/placeholder)."""
+    default = FLUX_LATENT if comp.kind == "flux_vae" else SD3_LATENT
     cfg = comp.config
     return LatentFormat(
-        FLUX_LATENT.name,
-        cfg.get("latent_channels", FLUX_LATENT.channels),
-        cfg.get("scaling_factor", FLUX_LATENT.scale),
-        cfg.get("shift_factor", FLUX_LATENT.shift),
+        default.name,
+        cfg.get("latent_channels", default.channels),
+        cfg.get("scaling_factor", default.scale),
+        cfg.get("shift_factor", default.shift),
     )
 
 

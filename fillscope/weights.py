@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import FillScopeInputError
-from .specs import COMPONENTS, shipped_config
+from .specs import COMPONENTS, PIPELINE_LAYOUTS, shipped_config
 
 META = "meta"
 PLACEHOLDER = "placeholder"
@@ -33,6 +33,10 @@ KNOWN_PIPELINES = {
     "StableDiffusion3Pipeline": "Stable Diffusion 3",
     "StableDiffusionXLPipeline": "SDXL",
     "StableDiffusionPipeline": "Stable Diffusion 1.x/2.x",
+    "StableDiffusion3Img2ImgPipeline": "Stable Diffusion 3 (img2img)",
+    "StableDiffusion3InpaintPipeline": "Stable Diffusion 3 (inpaint)",
+    "StableDiffusion3ControlNetPipeline": "Stable Diffusion 3 + ControlNet",
+    "StableDiffusion3ControlNetInpaintingPipeline": "Stable Diffusion 3 + inpainting ControlNet",
     "Flux2KleinPipeline": "FLUX.2 [klein]",
 }
 
@@ -95,7 +99,7 @@ def _model_class(kind: str, class_name: str | None = None):
 def _transformers_config(kind: str, config: dict):
     import transformers
 
-    if kind == "clip_l":
+    if kind in ("clip_l", "clip_g"):
         return transformers.CLIPTextConfig(**config)
     if kind == "t5_xxl":
         return transformers.T5Config(**config)
@@ -179,32 +183,48 @@ def _pipeline_name(folder: Path) -> str | None:
     return None
 
 
-def validate_diffusers_folder(kind: str, folder: Path, input_name: str, expected_pipeline: str) -> Path:
-    """The component's sub-folder of a diffusers repo, after checking it is the right model and holds
-    safetensors weights. Errors name the folder, what it is, and what to do."""
+def _repositories_with(kind: str) -> str:
+    names = [KNOWN_PIPELINES.get(p, p) for p, layout in PIPELINE_LAYOUTS.items() if kind in layout]
+    return ", ".join(dict.fromkeys(names))
+
+
+def locate_component(kind: str, folder: Path, input_name: str) -> tuple[Path, Path | None]:
+    """(model folder, tokenizer folder or None) of a component in a diffusers repository, or in a single-model
+    folder (config.json at the top, e.g. the alimama ControlNet repository). Errors name the folder, what it
+    is, and what to do."""
     spec = COMPONENTS[kind]
     if not folder.is_dir():
         raise FillScopeInputError(
             input_name,
             f"model folder '{folder}' does not exist.",
-            f"put the {KNOWN_PIPELINES.get(expected_pipeline, expected_pipeline)} repository (diffusers format) "
-            "under ComfyUI/models/diffusers/, or choose 'placeholder' or 'meta'.",
+            f"put a repository that has the {spec.title} ({_repositories_with(kind) or 'its own repository'}, "
+            "diffusers format) under ComfyUI/models/diffusers/, or choose 'placeholder' or 'meta'.",
         )
     pipeline = _pipeline_name(folder)
-    if pipeline is not None and pipeline != expected_pipeline:
-        what = KNOWN_PIPELINES.get(pipeline, pipeline)
+    if pipeline is not None:
+        layout = PIPELINE_LAYOUTS.get(pipeline, {})
+        if kind not in layout:
+            what = KNOWN_PIPELINES.get(pipeline, pipeline)
+            raise FillScopeInputError(
+                input_name,
+                f"'{folder.name}' is a {what} repository (model_index.json says {pipeline}), which has no {spec.title}.",
+                f"select a repository that has one: {_repositories_with(kind) or spec.title}.",
+            )
+        model_sub, tok_sub = layout[kind]
+        sub, tokenizer = folder / model_sub, (folder / tok_sub if tok_sub else None)
+    elif (folder / "config.json").is_file():
+        sub, tokenizer = folder, (folder / "tokenizer" if (folder / "tokenizer").is_dir() else None)
+    else:
         raise FillScopeInputError(
             input_name,
-            f"'{folder.name}' is a {what} repository (model_index.json says {pipeline}), "
-            f"not {KNOWN_PIPELINES[expected_pipeline]}.",
-            f"download the {KNOWN_PIPELINES[expected_pipeline]} repository into models/diffusers/ and select it.",
+            f"'{folder}' has neither model_index.json (a pipeline repository) nor config.json (a model folder).",
+            "download the whole repository in diffusers format.",
         )
-    sub = folder / spec.subfolder
-    cfg_name = "config.json"
-    if not (sub / cfg_name).is_file():
+    if not (sub / "config.json").is_file():
         raise FillScopeInputError(
             input_name,
-            f"'{folder}' has no {spec.subfolder}/{cfg_name}, so it is not a complete diffusers repository.",
+            f"'{folder}' has no {sub.relative_to(folder) if sub != folder else '.'}/config.json, so it is not a "
+            "complete diffusers repository.",
             "download the whole repository (model_index.json and every component folder).",
         )
     if not any(sub.glob("*.safetensors")):
@@ -214,20 +234,37 @@ def validate_diffusers_folder(kind: str, folder: Path, input_name: str, expected
             f"'{sub}' holds no .safetensors weights" + (f" (found {', '.join(found)}; FillScope never unpickles)." if found else "."),
             "use the repository's safetensors files.",
         )
-    return sub
+    return sub, tokenizer
 
 
-def load_from_folder(kind: str, folder: Path, dtype: str, device: str, input_name: str, expected_pipeline: str):
-    """(model, config) for a component of a diffusers folder, loaded offline from safetensors."""
-    sub = validate_diffusers_folder(kind, folder, input_name, expected_pipeline)
+def _safetensors_shape(sub: Path, key: str):
+    """A tensor's shape from a safetensors header, without reading the data."""
+    from safetensors import safe_open
+
+    for path in sorted(sub.glob("*.safetensors")):
+        with safe_open(str(path), framework="pt") as f:
+            if key in f.keys():
+                return list(f.get_slice(key).get_shape())
+    return None
+
+
+def load_from_folder(kind: str, sub: Path, dtype: str, device: str, input_name: str):
+    """(model, config) of a component folder, loaded offline from safetensors."""
     config = json.loads((sub / "config.json").read_text())
+    overrides = {}
+    if kind == "sd3_controlnet":
+        # the extra conditioning channels (the mask) are what the weights say, whatever the config claims
+        shape = _safetensors_shape(sub, "pos_embed_input.proj.weight")
+        if shape is not None:
+            overrides["extra_conditioning_channels"] = shape[1] - config.get("in_channels", 16)
+            config = {**config, **overrides}
     check_component_config(kind, config, input_name, sub)
     spec = COMPONENTS[kind]
     td = torch_dtype(dtype)
     try:
         if spec.library == "diffusers":
             cls = _model_class(kind, config.get("_class_name"))
-            model = cls.from_pretrained(sub, local_files_only=True, use_safetensors=True, **{_dtype_kwarg(): td})
+            model = cls.from_pretrained(sub, local_files_only=True, use_safetensors=True, **{_dtype_kwarg(): td}, **overrides)
         else:
             arch = (config.get("architectures") or [spec.class_name])[0]
             cls = _model_class(kind, arch)
@@ -250,24 +287,40 @@ def _unreadable(input_name: str, sub: Path, error: Exception) -> FillScopeInputE
 
 
 def check_component_config(kind: str, config: dict, input_name: str, where: Path) -> None:
-    """Refuse a component whose config is another model's (e.g. the FLUX.1 [dev] transformer on the Fill loader)."""
-    if kind == "flux_fill_transformer":
-        if config.get("_class_name") != "FluxTransformer2DModel" or config.get("in_channels") != 384:
-            what = config.get("_class_name", "unknown")
-            if config.get("_class_name") == "FluxTransformer2DModel":
-                what = f"a FLUX transformer with in_channels {config.get('in_channels')} (FLUX.1 Fill has 384)"
-            raise FillScopeInputError(
-                input_name,
-                f"'{where}' is {what}, not the FLUX.1 Fill transformer.",
-                "select the FLUX.1-Fill-dev repository.",
-            )
-    elif kind == "flux_vae":
+    """Refuse a component whose config is another model's (e.g. the FLUX.1 [dev] transformer on the Fill
+    loader, or the FLUX VAE where SD3's is needed)."""
+    spec = COMPONENTS[kind]
+    cls = config.get("_class_name") or (config.get("architectures") or [None])[0]
+    if spec.library == "diffusers" and cls != spec.class_name:
+        raise FillScopeInputError(input_name, f"'{where}' holds a {cls}, not the {spec.title}.", f"select a folder with the {spec.title}.")
+    if kind == "flux_fill_transformer" and config.get("in_channels") != 384:
+        raise FillScopeInputError(
+            input_name,
+            f"'{where}' is a FLUX transformer with in_channels {config.get('in_channels')} (FLUX.1 Fill has 384), "
+            "not the FLUX.1 Fill transformer.",
+            "select the FLUX.1-Fill-dev repository.",
+        )
+    if kind in ("flux_vae", "sd3_vae"):
         if config.get("latent_channels") != 16:
             raise FillScopeInputError(
-                input_name,
-                f"'{where}' is a VAE with {config.get('latent_channels')} latent channels; FLUX needs 16.",
-                "select the FLUX.1 VAE (the repository's vae/ folder).",
+                input_name, f"'{where}' is a VAE with {config.get('latent_channels')} latent channels; {spec.title} has 16.",
+                "select the repository's vae/ folder.",
             )
+        want = shipped_config(kind)["scaling_factor"]
+        if abs(config.get("scaling_factor", want) - want) > 1e-6:
+            other = "sd3" if kind == "flux_vae" else "flux"
+            raise FillScopeInputError(
+                input_name,
+                f"'{where}' has latent scaling {config.get('scaling_factor')}, the {other.upper()} VAE's, not the {spec.title}'s ({want}).",
+                f"set the VAE loader's kind to {other}, or select the matching repository.",
+            )
+    if kind == "sd3_controlnet" and config.get("extra_conditioning_channels", 0) != 1:
+        raise FillScopeInputError(
+            input_name,
+            f"'{where}' is an SD3 ControlNet with {config.get('extra_conditioning_channels', 0)} extra conditioning "
+            "channels; the inpainting ControlNet has 1 (the mask).",
+            "select the alimama-creative SD3-Controlnet-Inpainting folder.",
+        )
 
 
 def load_component(
@@ -278,22 +331,29 @@ def load_component(
     device: str = "auto",
     seed: int = 0,
     input_name: str = "source",
-    expected_pipeline: str = "FluxFillPipeline",
+    variant: str | None = None,
 ) -> Component:
-    """Load one component from a weight source ('meta', 'placeholder' or a diffusers folder path)."""
+    """Load one component from a weight source ('meta', 'placeholder' or a diffusers folder path). `variant`
+    picks the shipped config for meta/placeholder (e.g. sd3.5-large); a folder brings its own config."""
     source_str = str(source)
     dev = resolve_device(device, source_str)
     td = torch_dtype(dtype)
-    if source_str == META:
-        model = build_on_meta(kind, dtype=td)
-        return Component(kind, model, META, "meta (full topology, no storage)", "meta", dtype, shipped_config(kind))
-    if source_str == PLACEHOLDER:
-        model = build_on_meta(kind, dtype=td)
+    spec = COMPONENTS[kind]
+    if variant is not None and variant not in spec.variants:
+        raise FillScopeInputError("variant", f"{variant!r} is not a {spec.title} variant.", f"use one of {', '.join(spec.variants)}.")
+    if source_str in (META, PLACEHOLDER):
+        config = shipped_config(kind, variant)
+        model = build_on_meta(kind, config, dtype=td)
+        if source_str == META:
+            return Component(kind, model, META, "meta (full topology, no storage)", "meta", dtype, config)
         fill_placeholder(model, seed, dev)
-        return Component(kind, model, PLACEHOLDER, f"placeholder (deterministic, seed={seed})", dev, dtype, shipped_config(kind))
+        return Component(kind, model, PLACEHOLDER, f"placeholder (deterministic, seed={seed})", dev, dtype, config)
     folder = Path(source_str)
-    model, config = load_from_folder(kind, folder, dtype, dev, input_name, expected_pipeline)
-    return Component(kind, model, source_str, f"diffusers folder {folder.name}", dev, dtype, config)
+    sub, tokenizer = locate_component(kind, folder, input_name)
+    model, config = load_from_folder(kind, sub, dtype, dev, input_name)
+    comp = Component(kind, model, source_str, f"diffusers folder {folder.name}", dev, dtype, config)
+    comp.extras["tokenizer_folder"] = tokenizer
+    return comp
 
 
 def count_parameters(model) -> tuple[int, int]:

@@ -34,6 +34,13 @@ def test_fp16_t5_keeps_its_wo_projections_in_fp32():
     assert wo == {torch.float32} and rest == {torch.float16}
 
 
+def repo_with(tmp_path, pipeline="FluxFillPipeline"):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "model_index.json").write_text(json.dumps({"_class_name": pipeline}))
+    return repo
+
+
 def test_missing_folder_names_the_fix(tmp_path):
     with pytest.raises(FillScopeInputError) as e:
         load_component("flux_vae", tmp_path / "nope", dtype="fp32", device="cpu")
@@ -41,8 +48,8 @@ def test_missing_folder_names_the_fix(tmp_path):
 
 
 def test_pickled_weights_are_refused(tmp_path):
-    sub = tmp_path / "repo" / "vae"
-    sub.mkdir(parents=True)
+    sub = repo_with(tmp_path) / "vae"
+    sub.mkdir()
     (sub / "config.json").write_text(json.dumps({"_class_name": "AutoencoderKL", "latent_channels": 16}))
     (sub / "diffusion_pytorch_model.bin").write_bytes(b"not loaded")
     with pytest.raises(FillScopeInputError) as e:
@@ -51,8 +58,8 @@ def test_pickled_weights_are_refused(tmp_path):
 
 
 def test_text_to_image_transformer_is_refused_by_the_fill_loader(tmp_path):
-    sub = tmp_path / "repo" / "transformer"
-    sub.mkdir(parents=True)
+    sub = repo_with(tmp_path) / "transformer"
+    sub.mkdir()
     (sub / "config.json").write_text(json.dumps({"_class_name": "FluxTransformer2DModel", "in_channels": 64}))
     (sub / "diffusion_pytorch_model.safetensors").write_bytes(b"")
     with pytest.raises(FillScopeInputError) as e:
@@ -72,8 +79,8 @@ def test_truncated_safetensors_in_a_folder_is_a_clear_error(tmp_path):
 
     from fillscope.specs import shipped_config
 
-    sub = tmp_path / "repo" / "vae"
-    sub.mkdir(parents=True)
+    sub = repo_with(tmp_path) / "vae"
+    sub.mkdir()
     (sub / "config.json").write_text(json.dumps({"_class_name": "AutoencoderKL", **shipped_config("flux_vae")}))
     save_file({"encoder.conv_in.weight": torch.zeros(128, 3, 3, 3)}, str(sub / "diffusion_pytorch_model.safetensors"))
     data = (sub / "diffusion_pytorch_model.safetensors").read_bytes()
@@ -81,3 +88,22 @@ def test_truncated_safetensors_in_a_folder_is_a_clear_error(tmp_path):
     with pytest.raises(FillScopeInputError) as e:
         load_component("flux_vae", tmp_path / "repo", dtype="fp32", device="cpu")
     assert "could not be read" in str(e.value) and "download" in str(e.value)
+
+
+def test_flux_vae_is_refused_where_the_sd3_vae_is_asked_for(tmp_path):
+    from fillscope.specs import shipped_config
+
+    sub = repo_with(tmp_path, "StableDiffusion3Pipeline") / "vae"
+    sub.mkdir()
+    (sub / "config.json").write_text(json.dumps({"_class_name": "AutoencoderKL", **shipped_config("flux_vae")}))
+    (sub / "diffusion_pytorch_model.safetensors").write_bytes(b"")
+    with pytest.raises(FillScopeInputError) as e:
+        load_component("sd3_vae", tmp_path / "repo", dtype="fp32", device="cpu")
+    assert "0.3611" in str(e.value) and "kind to flux" in str(e.value)
+
+
+def test_a_flux_repository_has_no_clip_g(tmp_path):
+    repo_with(tmp_path)
+    with pytest.raises(FillScopeInputError) as e:
+        load_component("clip_g", tmp_path / "repo", dtype="fp32", device="cpu")
+    assert "which has no CLIP-G" in str(e.value) and "Stable Diffusion 3" in str(e.value)

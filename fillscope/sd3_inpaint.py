@@ -1,0 +1,218 @@
+"""SD3 / SD3.5 + the alimama-creative SD3 inpainting ControlNet: condition assembly and the CFG sampler.
+
+Follows diffusers' StableDiffusion3ControlNetInpaintingPipeline step for step (control image, CFG batching,
+zero pooled input to the ControlNet, control start/end rule, schedule, Euler update), with these deliberate
+differences, each one an option:
+- residual mapping: ControlNet residual i is added after MMDiT block i (i = 0..22), as the model was trained
+  (diffusers 0.29/0.30 and ComfyUI); diffusers >= 0.32 maps block i <- residual int(i * 23 / 24), which adds
+  residual 0 twice and never adds residual 22 (`residual_mapping="diffusers"` reproduces it);
+- the masked control image is encoded by the latent distribution's mean (diffusers samples, unseeded);
+- denoise < 1 starts from the noised source image (diffusers' pipeline has no init image: its issue 10559);
+- an empty mask skips sampling and returns the source unchanged.
+
+Shapes below are for 1024x1024, batch 1 (latent 128x128, 4096 patches of 2x2, width 1536 for SD3-medium).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import vae as vae_ops
+from .errors import FillScopeInputError
+from .latents import SampledLatent, observer_or_noop
+from .masks import PreparedInput
+from .sampling import euler_step, initial_noise, static_shift_sigmas, truncate_for_denoise
+from .specs import scheduler_config
+from .text import SD3TextCondition
+from .weights import Component, load_component
+
+RESIDUAL_MAPPINGS = ("one_to_one", "diffusers")
+
+
+def load_sd3_transformer(source, *, variant=None, dtype="bf16", device="auto", seed=0) -> Component:
+    return load_component("sd3_transformer", source, dtype=dtype, device=device, seed=seed,
+                          input_name="transformer source", variant=variant)
+
+
+def load_sd3_controlnet(source, *, dtype="bf16", device="auto", seed=0) -> Component:
+    return load_component("sd3_controlnet", source, dtype=dtype, device=device, seed=seed, input_name="controlnet source")
+
+
+@dataclass
+class InpaintCondition:
+    """The ControlNet's condition: masked-image latents (16) ++ keep-mask (1), and what is needed to start
+    from the source (denoise < 1) or to skip an empty mask."""
+
+    control: object  # [B, 17, H/8, W/8]
+    prepared: PreparedInput
+    vae: Component
+    _source_latents: object = None
+
+    @property
+    def is_empty(self) -> bool:
+        return self.prepared.coverage == 0.0
+
+    def source_latents(self):
+        if self._source_latents is None:
+            self._source_latents = vae_ops.encode(self.vae, self.prepared.image)
+        return self._source_latents
+
+
+def build_inpaint_condition(vae: Component, prepared: PreparedInput, observe=None) -> InpaintCondition:
+    import torch
+    import torch.nn.functional as F
+
+    observe = observer_or_noop(observe)
+    if vae.kind != "sd3_vae":
+        raise FillScopeInputError("vae", "the SD3 ControlNet needs the SD3 VAE (scale 1.5305, shift 0.0609).",
+                                  "set the VAE loader's kind to sd3.")
+    image, mask = prepared.image, prepared.mask  # [B,3,H,W] in [-1,1], [B,1,H,W] 1 = repaint
+    masked = image.clone()
+    masked[(mask > 0.5).expand_as(masked)] = -1.0  # repaint pixels -> black, as diffusers
+    latents = vae_ops.encode(vae, masked)  # [B,16,H/8,W/8]
+    lh, lw = latents.shape[-2:]
+    keep = 1.0 - F.interpolate(mask.to(device=latents.device, dtype=latents.dtype), size=(lh, lw))  # nearest
+    control = torch.cat([latents, keep], dim=1)  # [B,17,H/8,W/8]
+    observe("masked_image", masked)
+    observe("masked_image_latents", latents)
+    observe("keep_mask.latent", keep)
+    observe("inpaint_condition", control)
+    return InpaintCondition(control, prepared, vae)
+
+
+def _one_to_one_hooks(transformer, residuals):
+    """Add residual i after MMDiT block i (i < len(residuals)); returns the hook handles."""
+    handles = []
+    for i, block in enumerate(transformer.transformer_blocks):
+        if i >= len(residuals):
+            break
+
+        def add(module, args, output, res=residuals[i]):
+            encoder_hidden_states, hidden_states = output
+            return encoder_hidden_states, hidden_states + res
+
+        handles.append(block.register_forward_hook(add))
+    return handles
+
+
+def controlnet_keep(step: int, steps: int, start: float, end: float) -> float:
+    """diffusers' rule: the ControlNet acts on step i when start <= i/steps and (i+1)/steps <= end."""
+    return 1.0 - float(step / steps < start or (step + 1) / steps > end)
+
+
+def sample_sd3_controlnet_inpaint(
+    transformer: Component,
+    controlnet: Component,
+    positive: SD3TextCondition,
+    negative: SD3TextCondition | None,
+    cond: InpaintCondition,
+    *,
+    steps: int = 28,
+    cfg: float = 7.0,
+    control_scale: float = 0.95,
+    control_start: float = 0.0,
+    control_end: float = 1.0,
+    shift: float | None = None,
+    seed: int = 0,
+    denoise: float = 1.0,
+    residual_mapping: str = "one_to_one",
+    callback=None,
+    noise=None,
+    observe=None,
+) -> SampledLatent:
+    """Flow-matching Euler with classifier-free guidance (negative first in the batch, as diffusers).
+    `callback(step, total)` runs after every step; `noise` overrides the seeded initial noise [B,16,h,w]."""
+    import torch
+
+    observe = observer_or_noop(observe)
+    if residual_mapping not in RESIDUAL_MAPPINGS:
+        raise FillScopeInputError("residual_mapping", f"unknown {residual_mapping!r}.", f"use one of {', '.join(RESIDUAL_MAPPINGS)}.")
+    if steps < 1:
+        raise FillScopeInputError("steps", "must be at least 1.", "set steps to 1 or more.")
+    if not 0.0 < denoise <= 1.0:
+        raise FillScopeInputError("denoise", f"is {denoise}; it must be in (0, 1].", "set denoise between 0.01 and 1.")
+    if not 0.0 <= control_start < control_end <= 1.0:
+        raise FillScopeInputError("control_start", f"start {control_start} / end {control_end} leave no step.", "use 0 <= start < end <= 1.")
+    model, cnet = transformer.model, controlnet.model
+    if cnet.config.get("extra_conditioning_channels", 0) + cnet.config.get("in_channels", 16) != cond.control.shape[1]:
+        raise FillScopeInputError("controlnet", "this ControlNet does not take the 17-channel inpaint condition.", "load the SD3 inpainting ControlNet.")
+    if model.config.get("joint_attention_dim") != positive.context.shape[-1]:
+        raise FillScopeInputError("positive", f"context width {positive.context.shape[-1]} but the transformer expects {model.config.get('joint_attention_dim')}.", "wire the SD3 text condition.")
+    use_cfg = cfg > 1.0
+    if use_cfg and negative is None:
+        raise FillScopeInputError("negative", f"CFG {cfg} needs a negative condition.", "wire a second SD3 text condition (an empty prompt is fine), or set cfg to 1.")
+
+    device, dtype = transformer.device, model.dtype
+    b = cond.control.shape[0]
+    lh, lw = cond.control.shape[-2:]
+    if cond.is_empty:
+        return SampledLatent(cond.control[:, :16], cond.prepared, "sd3", unchanged=True, info={"skipped": "empty mask"})
+
+    shift = scheduler_config("sd3")["shift"] if shift is None else shift
+    sigmas = truncate_for_denoise(static_shift_sigmas(steps, shift), steps, denoise)
+    run_steps = len(sigmas) - 1
+    if run_steps < 1:
+        raise FillScopeInputError("denoise", f"{denoise} leaves no step out of {steps}.", "raise denoise or steps.")
+
+    if noise is None:
+        noise = initial_noise((b, 16, lh, lw), seed, device, dtype)  # [B,16,h,w]
+    noise = noise.to(device=device, dtype=dtype)
+    if denoise < 1.0:
+        s0 = sigmas[0].to(device)
+        latents = (s0 * noise + (1.0 - s0) * cond.source_latents().to(device=device, dtype=dtype)).to(dtype)
+    else:
+        latents = noise
+
+    def batch(t, n):
+        return t.to(device=device, dtype=dtype).expand(n, *t.shape[1:])
+
+    if use_cfg:
+        context = torch.cat([batch(negative.context, b), batch(positive.context, b)])  # [2B,333,4096]
+        pooled = torch.cat([batch(negative.pooled, b), batch(positive.pooled, b)])  # [2B,2048]
+        control = torch.cat([cond.control] * 2).to(device=device, dtype=dtype)  # [2B,17,h,w]
+    else:
+        context, pooled = batch(positive.context, b), batch(positive.pooled, b)
+        control = cond.control.to(device=device, dtype=dtype)
+    cnet_pooled = torch.zeros_like(pooled)  # the inpainting ControlNet gets no pooled text
+    observe("initial_noise", noise)
+    observe("joint_context", context)
+    observe("pooled", pooled)
+    observe("control_image", control)
+
+    with torch.inference_mode():
+        for i in range(run_steps):
+            x_in = torch.cat([latents] * 2) if use_cfg else latents  # [2B,16,h,w]
+            t = (sigmas[i] * 1000.0).to(device)
+            timestep = t.expand(x_in.shape[0])
+            scale = control_scale * controlnet_keep(i, run_steps, control_start, control_end)
+            residuals = cnet(
+                hidden_states=x_in, timestep=timestep, encoder_hidden_states=context,
+                pooled_projections=cnet_pooled, controlnet_cond=control, conditioning_scale=scale, return_dict=False,
+            )[0]  # 23 x [2B, tokens, width]
+            if residual_mapping == "diffusers":
+                velocity = model(hidden_states=x_in, timestep=timestep, encoder_hidden_states=context,
+                                 pooled_projections=pooled, block_controlnet_hidden_states=residuals, return_dict=False)[0]
+            else:
+                handles = _one_to_one_hooks(model, residuals)
+                try:
+                    velocity = model(hidden_states=x_in, timestep=timestep, encoder_hidden_states=context,
+                                     pooled_projections=pooled, return_dict=False)[0]
+                finally:
+                    for h in handles:
+                        h.remove()
+            if i == 0:
+                observe("transformer.input", x_in)
+                for k, r in enumerate(residuals):
+                    if k in (0, len(residuals) - 1):
+                        observe(f"controlnet.residual[{k}]", r)
+                observe("transformer.output", velocity)
+            if use_cfg:
+                uncond, text = velocity.chunk(2)
+                velocity = uncond + cfg * (text - uncond)
+            latents = euler_step(latents, velocity, sigmas[i].to(device), sigmas[i + 1].to(device))
+            if callback is not None:
+                callback(i + 1, run_steps)
+    observe("latent", latents)
+    info = {"steps_run": run_steps, "shift": shift, "sigma_start": float(sigmas[0]), "cfg": cfg,
+            "controlnet_residuals": len(residuals), "residual_mapping": residual_mapping}
+    return SampledLatent(latents, cond.prepared, "sd3", info=info)
