@@ -175,8 +175,8 @@ def sample_sd3_controlnet_inpaint(
         control = cond.control.to(device=device, dtype=dtype)
     cnet_pooled = torch.zeros_like(pooled)  # the inpainting ControlNet gets no pooled text
     observe("initial_noise", noise)
-    observe("joint_context", context)
-    observe("pooled", pooled)
+    observe("sampler.context", context)
+    observe("sampler.pooled", pooled)
     observe("control_image", control)
 
     with torch.inference_mode():
@@ -209,6 +209,8 @@ def sample_sd3_controlnet_inpaint(
             if use_cfg:
                 uncond, text = velocity.chunk(2)
                 velocity = uncond + cfg * (text - uncond)
+            if i == 0:
+                observe("velocity.guided", velocity)
             latents = euler_step(latents, velocity, sigmas[i].to(device), sigmas[i + 1].to(device))
             if callback is not None:
                 callback(i + 1, run_steps)

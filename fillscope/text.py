@@ -158,7 +158,7 @@ class SD3TextCondition:
     pooled: object  # [B, 2048] = CLIP-L text_embeds ++ CLIP-G text_embeds
 
 
-def sd3_text_condition(clip_l: ClipOutput, clip_g: ClipOutput, t5: T5Output) -> SD3TextCondition:
+def sd3_text_condition(clip_l: ClipOutput, clip_g: ClipOutput, t5: T5Output, observe=None) -> SD3TextCondition:
     import torch
     import torch.nn.functional as F
 
@@ -176,4 +176,6 @@ def sd3_text_condition(clip_l: ClipOutput, clip_g: ClipOutput, t5: T5Output) -> 
     clip = F.pad(clip, (0, t5.hidden.shape[-1] - clip.shape[-1]))  # [B,77,4096]
     context = torch.cat([clip, t5.hidden], dim=-2)  # [B,77+256,4096]
     pooled = torch.cat([clip_l.text_embeds, clip_g.text_embeds], dim=-1)  # [B,2048]
+    if observe is not None:
+        observe("clip_lg.padded", clip)
     return SD3TextCondition(context=context, pooled=pooled)

@@ -16,10 +16,16 @@ ClipL = io.Custom("FS_CLIP_L")
 T5 = io.Custom("FS_T5")
 FluxFillModel = io.Custom("FS_FLUX_FILL_MODEL")
 Vae = io.Custom("FS_VAE")
+ClipG = io.Custom("FS_CLIP_G")
+SD3Model = io.Custom("FS_SD3_MODEL")
+SD3ControlNet = io.Custom("FS_SD3_CONTROLNET")
 ClipEmbeds = io.Custom("FS_CLIP_EMBEDS")
+ClipGEmbeds = io.Custom("FS_CLIP_G_EMBEDS")
 T5Embeds = io.Custom("FS_T5_EMBEDS")
 FluxText = io.Custom("FS_FLUX_TEXT")
+SD3Text = io.Custom("FS_SD3_TEXT")
 FillCondition = io.Custom("FS_FILL_CONDITION")
+SD3Condition = io.Custom("FS_SD3_CONDITION")
 Latent = io.Custom("FS_LATENT")
 
 SOURCE_META = "meta"
@@ -33,14 +39,15 @@ def shapes_output():
 
 
 def diffusers_folders() -> list[str]:
-    """Diffusers-format repos (folders with model_index.json) under ComfyUI's models/diffusers paths."""
+    """Diffusers-format repositories under ComfyUI's models/diffusers paths: pipeline folders (model_index.json)
+    and single-model folders (config.json + safetensors, e.g. the alimama ControlNet)."""
     import folder_paths
 
     found = []
     for base in folder_paths.get_folder_paths("diffusers"):
         if os.path.isdir(base):
             for root, dirs, files in os.walk(base, followlinks=True):
-                if "model_index.json" in files:
+                if "model_index.json" in files or ("config.json" in files and any(f.endswith(".safetensors") for f in files)):
                     found.append(os.path.relpath(root, base))
                     dirs[:] = []
     return sorted(set(found))
@@ -96,6 +103,48 @@ def validate_source(source: str) -> bool | str:
         f"({', '.join(bases) or 'no diffusers folder configured'}). Fix: put the diffusers-format repository "
         "there (e.g. models/diffusers/FLUX.1-Fill-dev) and press Refresh, or choose 'placeholder' or 'meta'."
     )
+
+
+def mask_inputs():
+    """The explicit mask options every condition node offers, with the same names and defaults."""
+    return [
+        io.Image.Input("image"),
+        io.Mask.Input("mask", tooltip="1 = repaint (ComfyUI's LoadImage mask is 1 - alpha)."),
+        io.Boolean.Input("invert_mask", default=False),
+        io.Float.Input("threshold", default=0.5, min=0.0, max=1.0, step=0.01,
+                       tooltip="Binarise the mask at this value (diffusers uses 0.5). 0 keeps a soft mask."),
+        io.Int.Input("grow", default=0, min=0, max=256, tooltip="Dilate the mask by this many pixels."),
+        io.Int.Input("feather", default=0, min=0, max=256,
+                     tooltip="Paste-back edge: ramps inward over this many pixels; kept pixels stay exact."),
+        io.Combo.Input("size_mode", options=["pad", "crop"], default="pad",
+                       tooltip="Sides not multiples of 16: pad (edge pixels, cropped off after) or center-crop."),
+    ]
+
+
+def prepare_masked_input(rec, image, mask, invert_mask, threshold, grow, feather, size_mode):
+    """The engine's image/mask preparation with its notes and warnings recorded on the node."""
+    from ..fillscope.masks import prepare_image_and_mask
+
+    rec.tensor("image", image, "input")
+    rec.tensor("mask", mask, "input")
+    prepared = prepare_image_and_mask(
+        image, mask, invert=invert_mask, threshold=threshold, grow=grow, feather=feather, size_mode=size_mode
+    )
+    rec.fact("repaint coverage", f"{prepared.coverage:.1%}")
+    for n in prepared.notes:
+        rec.note(n)
+    for w in prepared.warnings:
+        rec.warn(w)
+    return prepared
+
+
+def record_sampler_result(rec, out, model) -> None:
+    for k, v in out.info.items():
+        rec.fact(k, v)
+    if out.unchanged:
+        rec.warn("mask is empty: sampling skipped, the source image is returned unchanged")
+    if model.is_meta:
+        rec.note("meta weights: shapes only, no values")
 
 
 def tokenizer_folder(kind: str) -> Path:

@@ -1,4 +1,4 @@
-"""FLUX.1 Fill nodes: condition assembly, sampler, VAE decode, paste-back."""
+"""FLUX.1 Fill nodes: condition assembly and sampler."""
 
 from __future__ import annotations
 
@@ -19,40 +19,18 @@ class FluxFillCondition(io.ComfyNode):
                 "Masks the image (repaint pixels -> grey), VAE-encodes it by the latent mean and packs it with the "
                 "8x8-block mask: [B, N, 64 + 256 = 320]."
             ),
-            inputs=[
-                c.Vae.Input("vae"),
-                io.Image.Input("image"),
-                io.Mask.Input("mask", tooltip="1 = repaint (ComfyUI's LoadImage mask is 1 - alpha)."),
-                io.Boolean.Input("invert_mask", default=False),
-                io.Float.Input("threshold", default=0.5, min=0.0, max=1.0, step=0.01,
-                               tooltip="Binarise the mask at this value (diffusers uses 0.5). 0 keeps a soft mask."),
-                io.Int.Input("grow", default=0, min=0, max=256, tooltip="Dilate the mask by this many pixels."),
-                io.Int.Input("feather", default=0, min=0, max=256,
-                             tooltip="Paste-back edge: ramps inward over this many pixels; kept pixels stay exact."),
-                io.Combo.Input("size_mode", options=["pad", "crop"], default="pad",
-                               tooltip="Sides not multiples of 16: pad (edge pixels, cropped off after) or center-crop."),
-            ],
+            inputs=[c.Vae.Input("vae"), *c.mask_inputs()],
             outputs=[c.FillCondition.Output("condition", display_name="condition"), c.shapes_output()],
         )
 
     @classmethod
     def execute(cls, vae, image, mask, invert_mask, threshold, grow, feather, size_mode) -> io.NodeOutput:
         from ..fillscope.flux_fill import build_fill_condition
-        from ..fillscope.masks import prepare_image_and_mask
 
         rec = ShapeRecorder("FillScopeFluxFillCondition", "FLUX Fill condition")
-        rec.tensor("image", image, "input")
-        rec.tensor("mask", mask, "input")
-        prepared = prepare_image_and_mask(
-            image, mask, invert=invert_mask, threshold=threshold, grow=grow, feather=feather, size_mode=size_mode
-        )
+        prepared = c.prepare_masked_input(rec, image, mask, invert_mask, threshold, grow, feather, size_mode)
         cond = build_fill_condition(vae.value, prepared, observe=rec.observe)
-        rec.fact("repaint coverage", f"{prepared.coverage:.1%}")
         rec.fact("tokens", cond.tokens)
-        for n in prepared.notes:
-            rec.note(n)
-        for w in prepared.warnings:
-            rec.warn(w)
         return c.finish(rec, (vae,), cond, wrap=(0,))
 
 
@@ -92,67 +70,8 @@ class FluxFillSampler(io.ComfyNode):
             transformer.value, flux_text.value, condition.value,
             steps=steps, guidance=guidance, seed=seed, denoise=denoise, callback=cb, observe=rec.observe,
         )
-        for k, v in out.info.items():
-            rec.fact(k, v)
-        if out.unchanged:
-            rec.warn("mask is empty: sampling skipped, the source image is returned unchanged")
-        if transformer.value.is_meta:
-            rec.note("meta weights: shapes only, no values")
+        c.record_sampler_result(rec, out, transformer.value)
         return c.finish(rec, (transformer, flux_text, condition), out, wrap=(0,))
 
 
-class VAEDecode(io.ComfyNode):
-    @classmethod
-    def define_schema(cls):
-        return io.Schema(
-            node_id="FillScopeVAEDecode",
-            display_name="FillScope VAE Decode",
-            category=c.CATEGORY + "/flux fill",
-            description="Unscales the latent (z / scale + shift), decodes, and returns the image at the input's size.",
-            inputs=[c.Vae.Input("vae"), c.Latent.Input("latent")],
-            outputs=[io.Image.Output("image"), c.shapes_output()],
-        )
-
-    @classmethod
-    def execute(cls, vae, latent) -> io.NodeOutput:
-        from ..fillscope.flux_fill import decode_to_image
-
-        rec = ShapeRecorder("FillScopeVAEDecode", "VAE decode")
-        lat = latent.value
-        rec.tensor("latent.unpacked", lat.latents, "input")
-        image = decode_to_image(vae.value, lat, observe=rec.observe)
-        rec.tensor("image", image)
-        if lat.unchanged:
-            rec.warn("mask is empty: the source image is returned unchanged")
-        if vae.value.is_meta:
-            rec.warn("meta weights: no pixel values exist; the IMAGE output is zeros of the right size")
-        return c.finish(rec, (vae, latent), image)
-
-
-class PasteBack(io.ComfyNode):
-    @classmethod
-    def define_schema(cls):
-        return io.Schema(
-            node_id="FillScopePasteBack",
-            display_name="FillScope Paste Back",
-            category=c.CATEGORY + "/flux fill",
-            description="Composites the result into the source with the condition's (feathered) mask; kept pixels stay bit-identical.",
-            inputs=[io.Image.Input("generated", tooltip="The decoded result."), c.FillCondition.Input("condition")],
-            outputs=[io.Image.Output("image"), c.shapes_output()],
-        )
-
-    @classmethod
-    def execute(cls, generated, condition) -> io.NodeOutput:
-        from ..fillscope.masks import paste_back
-
-        rec = ShapeRecorder("FillScopePasteBack", "Paste back")
-        prepared = condition.value.prepared
-        rec.tensor("generated", generated, "input")
-        out = paste_back(generated.to(prepared.source.device), prepared.source, prepared.paste_mask)
-        kept = int((prepared.paste_mask == 0).sum())
-        rec.fact("kept pixels (exact source values)", f"{kept:,}")
-        rec.tensor("image", out)
-        return c.finish(rec, (condition,), out)
-
-
-NODES = [FluxFillCondition, FluxFillSampler, VAEDecode, PasteBack]
+NODES = [FluxFillCondition, FluxFillSampler]

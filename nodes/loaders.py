@@ -27,6 +27,7 @@ class _Loader(io.ComfyNode):
             description=cls.DESCRIPTION,
             inputs=[
                 c.source_input(cls.SOURCE_TOOLTIP),
+                *cls.extra_inputs(),
                 io.Combo.Input("dtype", options=c.DTYPES, default="bf16", tooltip="Weight and compute dtype."),
                 io.Combo.Input("device", options=c.DEVICES, default="auto",
                                tooltip="auto = CUDA when available, else CPU. Meta weights always stay on the meta device."),
@@ -41,11 +42,15 @@ class _Loader(io.ComfyNode):
         return c.validate_source(source)
 
     @classmethod
-    def execute(cls, source, dtype, device, placeholder_seed) -> io.NodeOutput:
+    def extra_inputs(cls) -> list:
+        return []
+
+    @classmethod
+    def execute(cls, source, dtype, device, placeholder_seed, **extra) -> io.NodeOutput:
         from ..fillscope.weights import count_parameters
 
         rec = ShapeRecorder(cls.NODE_ID, cls.DISPLAY.removeprefix("FillScope "))
-        comp = cls.load(c.resolve_source(source), dtype=dtype, device=device, seed=placeholder_seed)
+        comp = cls.load(c.resolve_source(source), dtype=dtype, device=device, seed=placeholder_seed, **extra)
         unique, tied = count_parameters(comp.model)
         rec.fact("class", type(comp.model).__name__)
         rec.fact("weights", comp.provenance)
@@ -121,10 +126,15 @@ class LoadFluxFillTransformer(_Loader):
 class LoadVAE(_Loader):
     NODE_ID = "FillScopeLoadVAE"
     DISPLAY = "FillScope Load VAE"
-    DESCRIPTION = "FLUX autoencoder (16 latent channels, 8x; scale 0.3611, shift 0.1159)."
+    DESCRIPTION = "FLUX or SD3 autoencoder: 16 latent channels, 8x; FLUX scale 0.3611 / shift 0.1159, SD3 1.5305 / 0.0609."
     SOURCE_TOOLTIP = "Where the VAE comes from (a repo's vae/)."
     SOCKET = c.Vae
     OUTPUT = "vae"
+
+    @classmethod
+    def extra_inputs(cls):
+        return [io.Combo.Input("kind", options=["flux", "sd3"], default="flux",
+                               tooltip="Which VAE (its latent scale and shift). A folder's config must agree.")]
 
     @classmethod
     def load(cls, source, **kw):
@@ -140,4 +150,69 @@ class LoadVAE(_Loader):
         rec.fact("latent format", f"{fmt.channels} ch, z = (mean - {fmt.shift}) * {fmt.scale}")
 
 
-NODES = [LoadCLIPL, LoadT5, LoadFluxFillTransformer, LoadVAE]
+class LoadCLIPG(_Loader):
+    NODE_ID = "FillScopeLoadCLIPG"
+    DISPLAY = "FillScope Load CLIP-G"
+    DESCRIPTION = "OpenCLIP ViT-bigG/14 text encoder with its projection (SD3's second CLIP)."
+    SOURCE_TOOLTIP = "Where the CLIP-G weights come from (an SD3 repo's text_encoder_2/)."
+    SOCKET = c.ClipG
+    OUTPUT = "clip_g"
+
+    @classmethod
+    def load(cls, source, **kw):
+        from ..fillscope.text import load_clip_g
+
+        return load_clip_g(source, tokenizer_fallback=c.tokenizer_folder("clip"), **kw)
+
+
+class LoadSD3Transformer(_Loader):
+    NODE_ID = "FillScopeLoadSD3Transformer"
+    DISPLAY = "FillScope Load SD3 Transformer"
+    DESCRIPTION = "SD3 / SD3.5 MMDiT (SD3-medium: 24 joint blocks, width 1536)."
+    SOURCE_TOOLTIP = "Where the SD3 transformer comes from (an SD3 repo's transformer/)."
+    SOCKET = c.SD3Model
+    OUTPUT = "transformer"
+
+    @classmethod
+    def extra_inputs(cls):
+        from ..fillscope.specs import COMPONENTS
+
+        variants = list(COMPONENTS["sd3_transformer"].variants)
+        return [io.Combo.Input("variant", options=variants, default=variants[0],
+                               tooltip="Topology for placeholder/meta; a folder brings its own config.")]
+
+    @classmethod
+    def load(cls, source, **kw):
+        from ..fillscope.sd3_inpaint import load_sd3_transformer
+
+        return load_sd3_transformer(source, **kw)
+
+    @classmethod
+    def describe(cls, rec, comp):
+        cfg = comp.config
+        width = cfg.get("num_attention_heads", 0) * cfg.get("attention_head_dim", 0)
+        rec.fact("blocks", f"{cfg.get('num_layers')} joint blocks, width {width} (static-config)")
+
+
+class LoadSD3ControlNet(_Loader):
+    NODE_ID = "FillScopeLoadSD3InpaintControlNet"
+    DISPLAY = "FillScope Load SD3 Inpaint ControlNet"
+    DESCRIPTION = "alimama-creative SD3 inpainting ControlNet: 23 blocks, 16 latent + 1 mask input channels."
+    SOURCE_TOOLTIP = "Where the ControlNet comes from (the SD3-Controlnet-Inpainting folder, or a pipeline repo's controlnet/)."
+    SOCKET = c.SD3ControlNet
+    OUTPUT = "controlnet"
+
+    @classmethod
+    def load(cls, source, **kw):
+        from ..fillscope.sd3_inpaint import load_sd3_controlnet
+
+        return load_sd3_controlnet(source, **kw)
+
+    @classmethod
+    def describe(cls, rec, comp):
+        cfg = comp.config
+        rec.fact("blocks", f"{cfg.get('num_layers')} (residuals), condition channels "
+                           f"{cfg.get('in_channels', 16)} + {cfg.get('extra_conditioning_channels', 0)}")
+
+
+NODES = [LoadCLIPL, LoadCLIPG, LoadT5, LoadFluxFillTransformer, LoadSD3Transformer, LoadSD3ControlNet, LoadVAE]

@@ -15,7 +15,10 @@ class CLIPLEncode(io.ComfyNode):
             node_id="FillScopeCLIPLEncode",
             display_name="FillScope CLIP-L Encode",
             category=c.CATEGORY + "/text",
-            description="Tokenises to 77 tokens and encodes with CLIP-L: last hidden state and pooled (EOS) vector.",
+            description=(
+                "Tokenises to 77 tokens and encodes with CLIP-L: pooled (EOS) vector for FLUX; penultimate hidden "
+                "state and projected text_embeds for SD3."
+            ),
             inputs=[c.ClipL.Input("clip_l"), io.String.Input("text", multiline=True, default="")],
             outputs=[c.ClipEmbeds.Output("clip_embeds", display_name="clip_embeds"), c.shapes_output()],
         )
@@ -26,10 +29,41 @@ class CLIPLEncode(io.ComfyNode):
 
         rec = ShapeRecorder("FillScopeCLIPLEncode", "CLIP-L encode")
         out = encode_clip_l(clip_l.value, text)
-        rec.tensor("clip_l.input_ids", out.input_ids, "input")
-        rec.tensor("clip_l.last_hidden", out.last_hidden)
-        rec.tensor("clip_l.pooled", out.pooled)
+        record_clip(rec, "clip_l", out)
         return c.finish(rec, (clip_l,), out, wrap=(0,))
+
+
+def record_clip(rec, prefix, out) -> None:
+    rec.tensor(f"{prefix}.input_ids", out.input_ids, "input")
+    rec.tensor(f"{prefix}.last_hidden", out.last_hidden)
+    rec.tensor(f"{prefix}.penultimate", out.penultimate)
+    rec.tensor(f"{prefix}.pooled", out.pooled)
+    if out.text_embeds is not None:
+        rec.tensor(f"{prefix}.text_embeds", out.text_embeds)
+    else:
+        rec.note("no text projection in these weights: text_embeds (SD3's pooled input) unavailable")
+
+
+class CLIPGEncode(io.ComfyNode):
+    @classmethod
+    def define_schema(cls):
+        return io.Schema(
+            node_id="FillScopeCLIPGEncode",
+            display_name="FillScope CLIP-G Encode",
+            category=c.CATEGORY + "/text",
+            description="Tokenises to 77 tokens (padded with '!') and encodes with CLIP-G: penultimate hidden state and text_embeds.",
+            inputs=[c.ClipG.Input("clip_g"), io.String.Input("text", multiline=True, default="")],
+            outputs=[c.ClipGEmbeds.Output("clip_g_embeds", display_name="clip_g_embeds"), c.shapes_output()],
+        )
+
+    @classmethod
+    def execute(cls, clip_g, text) -> io.NodeOutput:
+        from ..fillscope.text import encode_clip
+
+        rec = ShapeRecorder("FillScopeCLIPGEncode", "CLIP-G encode")
+        out = encode_clip(clip_g.value, text)
+        record_clip(rec, "clip_g", out)
+        return c.finish(rec, (clip_g,), out, wrap=(0,))
 
 
 class T5Encode(io.ComfyNode):
@@ -86,4 +120,33 @@ class FluxTextCondition(io.ComfyNode):
         return c.finish(rec, (t5_embeds, clip_embeds), cond, wrap=(0,))
 
 
-NODES = [CLIPLEncode, T5Encode, FluxTextCondition]
+class SD3TextCondition(io.ComfyNode):
+    @classmethod
+    def define_schema(cls):
+        return io.Schema(
+            node_id="FillScopeSD3TextCondition",
+            display_name="FillScope SD3 Text Condition",
+            category=c.CATEGORY + "/text",
+            description=(
+                "SD3's joint context: CLIP-L ++ CLIP-G penultimate states (768 + 1280), zero-padded to 4096, then T5 "
+                "tokens after them -> [1, 77 + 256, 4096]; pooled = L ++ G text_embeds -> [1, 2048]. Build one for "
+                "the prompt and one for the negative prompt."
+            ),
+            inputs=[c.ClipEmbeds.Input("clip_l_embeds"), c.ClipGEmbeds.Input("clip_g_embeds"), c.T5Embeds.Input("t5_embeds")],
+            outputs=[c.SD3Text.Output("sd3_text", display_name="sd3_text"), c.shapes_output()],
+        )
+
+    @classmethod
+    def execute(cls, clip_l_embeds, clip_g_embeds, t5_embeds) -> io.NodeOutput:
+        from ..fillscope.text import sd3_text_condition
+
+        rec = ShapeRecorder("FillScopeSD3TextCondition", "SD3 text condition")
+        cond = sd3_text_condition(clip_l_embeds.value, clip_g_embeds.value, t5_embeds.value, observe=rec.observe)
+        rec.tensor("joint_context", cond.context)
+        rec.tensor("pooled", cond.pooled)
+        if t5_embeds.value.hidden.shape[1] != 256:
+            rec.note(f"T5 length {t5_embeds.value.hidden.shape[1]} (SD3 uses 256)")
+        return c.finish(rec, (clip_l_embeds, clip_g_embeds, t5_embeds), cond, wrap=(0,))
+
+
+NODES = [CLIPLEncode, CLIPGEncode, T5Encode, FluxTextCondition, SD3TextCondition]

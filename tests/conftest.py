@@ -43,3 +43,38 @@ def comfy_models_dir(comfy_server) -> Path:
     """<server workdir>/models: subfolders diffusers/, checkpoints/, vae/, text_encoders/, diffusion_models/,
     controlnet/, loras/, clip_vision/ are searched first by the server (extra_model_paths, is_default)."""
     return comfy_server.models_dir
+
+
+@pytest.fixture(scope="session")
+def served_models(comfy_server, comfy_models_dir):
+    """The session server's model and input folders as the shipped workflows expect them, with tiny random
+    models standing in for the real weights: FLUX.1-Fill-dev, stable-diffusion-3-medium-diffusers and
+    SD3-Controlnet-Inpainting under models/diffusers, a folder of another model (FLUX.1-dev-tiny: a FLUX.1
+    text-to-image repository), and the example images in the input folder."""
+    import json
+    import shutil
+
+    import numpy as np
+    from PIL import Image
+
+    from tiny_flux import build_tiny_flux_fill_folder
+    from tiny_sd3 import build_tiny_sd3_controlnet_folder, build_tiny_sd3_folder
+
+    diffusers_dir = comfy_models_dir / "diffusers"
+    flux = diffusers_dir / "FLUX.1-Fill-dev"
+    build_tiny_flux_fill_folder(flux, seed=0)
+    other = diffusers_dir / "FLUX.1-dev-tiny"
+    shutil.copytree(flux, other)
+    index = json.loads((other / "model_index.json").read_text())
+    index["_class_name"] = "FluxPipeline"
+    (other / "model_index.json").write_text(json.dumps(index))
+    build_tiny_sd3_folder(diffusers_dir / "stable-diffusion-3-medium-diffusers", seed=0)
+    build_tiny_sd3_controlnet_folder(diffusers_dir / "SD3-Controlnet-Inpainting", seed=0)
+
+    rng = np.random.default_rng(0)
+    rgba = rng.integers(0, 256, size=(96, 128, 4), dtype=np.uint8)
+    rgba[..., 3] = 255
+    rgba[24:72, 32:96, 3] = 0  # transparent = repaint (LoadImage mask = 1 - alpha)
+    Image.fromarray(rgba, "RGBA").save(comfy_server.input_dir / "fillscope_example.png")
+    Image.fromarray(rgba[..., :3], "RGB").save(comfy_server.input_dir / "fillscope_rgb.png")
+    return comfy_server

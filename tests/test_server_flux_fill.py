@@ -3,19 +3,15 @@ POST /prompt, the UI-format files, and bad input that must fail clearly without 
 
 from __future__ import annotations
 
-import copy
 import json
-import shutil
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 from PIL import Image
 
 from comfy_server import ComfyExecutionError, ComfyPromptError
 from fillscope.trace.summary import FLUX_FILL_SEED_1024
-from tiny_flux import build_tiny_flux_fill_folder
 
 REPO = Path(__file__).resolve().parent.parent
 WORKFLOWS = REPO / "workflows"
@@ -28,14 +24,24 @@ EXPECTED_NODES = {
     "FillScopeLoadCLIPL": ["source", "dtype", "device", "placeholder_seed"],
     "FillScopeLoadT5": ["source", "dtype", "device", "placeholder_seed"],
     "FillScopeLoadFluxFillTransformer": ["source", "dtype", "device", "placeholder_seed"],
-    "FillScopeLoadVAE": ["source", "dtype", "device", "placeholder_seed"],
+    "FillScopeLoadVAE": ["source", "kind", "dtype", "device", "placeholder_seed"],
+    "FillScopeLoadCLIPG": ["source", "dtype", "device", "placeholder_seed"],
+    "FillScopeLoadSD3Transformer": ["source", "variant", "dtype", "device", "placeholder_seed"],
+    "FillScopeLoadSD3InpaintControlNet": ["source", "dtype", "device", "placeholder_seed"],
+    "FillScopeCLIPGEncode": ["clip_g", "text"],
+    "FillScopeSD3TextCondition": ["clip_l_embeds", "clip_g_embeds", "t5_embeds"],
+    "FillScopeSD3InpaintCondition": ["vae", "image", "mask", "invert_mask", "threshold", "grow", "feather", "size_mode"],
+    "FillScopeSD3ControlNetInpaintSampler": [
+        "transformer", "controlnet", "positive", "negative", "condition", "seed", "steps", "cfg", "control_scale",
+        "control_start", "control_end", "shift", "denoise", "residual_mapping",
+    ],
     "FillScopeCLIPLEncode": ["clip_l", "text"],
     "FillScopeT5Encode": ["t5", "text", "max_length"],
     "FillScopeFluxTextCondition": ["t5_embeds", "clip_embeds"],
     "FillScopeFluxFillCondition": ["vae", "image", "mask", "invert_mask", "threshold", "grow", "feather", "size_mode"],
     "FillScopeFluxFillSampler": ["transformer", "flux_text", "condition", "seed", "steps", "guidance", "denoise"],
     "FillScopeVAEDecode": ["vae", "latent"],
-    "FillScopePasteBack": ["generated", "condition"],
+    "FillScopePasteBack": ["generated", "latent"],
     "FillScopeSyntheticImageMask": ["width", "height", "mask_fraction"],
     "FillScopeShapesReport": ["shapes", "filename_prefix"],
 }
@@ -60,26 +66,8 @@ def tensors(doc):
 
 
 @pytest.fixture(scope="module")
-def server(comfy_server, comfy_models_dir):
-    """The session server with the tiny FLUX Fill folder standing in for models/diffusers/FLUX.1-Fill-dev, a
-    folder of another model, and an RGBA example image in the input folder."""
-    diffusers_dir = comfy_models_dir / "diffusers"
-    tiny = diffusers_dir / "FLUX.1-Fill-dev"
-    if not tiny.exists():
-        build_tiny_flux_fill_folder(tiny, seed=0)
-    other = diffusers_dir / "FLUX.1-dev-tiny"
-    if not other.exists():
-        shutil.copytree(tiny, other)
-        index = json.loads((other / "model_index.json").read_text())
-        index["_class_name"] = "FluxPipeline"
-        (other / "model_index.json").write_text(json.dumps(index))
-    rng = np.random.default_rng(0)
-    rgba = rng.integers(0, 256, size=(96, 128, 4), dtype=np.uint8)
-    rgba[..., 3] = 255
-    rgba[24:72, 32:96, 3] = 0  # transparent = repaint (LoadImage mask = 1 - alpha)
-    Image.fromarray(rgba, "RGBA").save(comfy_server.input_dir / "fillscope_example.png")
-    Image.fromarray(rgba[..., :3], "RGB").save(comfy_server.input_dir / "fillscope_rgb.png")
-    return comfy_server
+def server(served_models):
+    return served_models
 
 
 def assert_still_serving(server):
@@ -143,7 +131,7 @@ def test_committed_workflows_are_the_generated_graphs(server):
         assert (graphs.EXAMPLES / f"{g.name}.json").read_text() == ui, g.name
 
 
-@pytest.mark.parametrize("name", [g.name for g in graphs.GRAPHS])
+@pytest.mark.parametrize("name", [g.name for g in graphs.GRAPHS])  # FLUX and SD3 graphs alike
 def test_ui_workflow_nodes_exist_and_widget_values_fit(server, name):
     info = server.object_info()
     ui = json.loads((WORKFLOWS / f"{name}.json").read_text())

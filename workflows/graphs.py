@@ -34,8 +34,8 @@ class Graph:
     nodes: list = field(default_factory=list)
 
 
-def _loader(node_id, type_, source, dtype, pos, device="auto"):
-    return Node(node_id, type_, {"source": source, "dtype": dtype, "device": device, "placeholder_seed": 0}, pos)
+def _loader(node_id, type_, source, dtype, pos, device="auto", **extra):
+    return Node(node_id, type_, {"source": source, **extra, "dtype": dtype, "device": device, "placeholder_seed": 0}, pos)
 
 
 def flux_fill_graph(name, description, *, source, dtype, prompt, steps, image_nodes, output_nodes) -> Graph:
@@ -44,7 +44,7 @@ def flux_fill_graph(name, description, *, source, dtype, prompt, steps, image_no
         _loader(1, "FillScopeLoadCLIPL", source, dtype, (0, 0)),
         _loader(2, "FillScopeLoadT5", source, dtype, (0, 200)),
         _loader(3, "FillScopeLoadFluxFillTransformer", source, dtype, (0, 400)),
-        _loader(4, "FillScopeLoadVAE", source, dtype, (0, 600)),
+        _loader(4, "FillScopeLoadVAE", source, dtype, (0, 600), kind="flux"),
         Node(5, "FillScopeCLIPLEncode", {"clip_l": (1, 0), "text": prompt}, (380, 0)),
         Node(6, "FillScopeT5Encode", {"t5": (2, 0), "text": prompt, "max_length": 512}, (380, 220)),
         Node(7, "FillScopeFluxTextCondition", {"t5_embeds": (6, 0), "clip_embeds": (5, 0)}, (760, 100)),
@@ -64,6 +64,47 @@ def flux_fill_graph(name, description, *, source, dtype, prompt, steps, image_no
             (1140, 200),
         ),
         Node(11, "FillScopeVAEDecode", {"vae": (4, 0), "latent": (10, 0)}, (1520, 200)),
+        *output_nodes,
+    ]
+    return Graph(name, description, nodes)
+
+
+def sd3_controlnet_graph(name, description, *, source, controlnet_source, dtype, prompt, negative, steps,
+                        image_nodes, output_nodes) -> Graph:
+    """Loaders -> CLIP-L/CLIP-G/T5 for the prompt and the negative -> 17-channel condition -> CFG sampler with the
+    inpainting ControlNet -> decode, with the image source and outputs supplied."""
+    nodes = [
+        _loader(1, "FillScopeLoadCLIPL", source, dtype, (0, 0)),
+        _loader(2, "FillScopeLoadCLIPG", source, dtype, (0, 200)),
+        _loader(3, "FillScopeLoadT5", source, dtype, (0, 400)),
+        _loader(4, "FillScopeLoadSD3Transformer", source, dtype, (0, 600), variant="sd3-medium"),
+        _loader(5, "FillScopeLoadSD3InpaintControlNet", controlnet_source, dtype, (0, 820)),
+        _loader(6, "FillScopeLoadVAE", source, dtype, (0, 1020), kind="sd3"),
+        Node(7, "FillScopeCLIPLEncode", {"clip_l": (1, 0), "text": prompt}, (380, 0)),
+        Node(8, "FillScopeCLIPGEncode", {"clip_g": (2, 0), "text": prompt}, (380, 180)),
+        Node(9, "FillScopeT5Encode", {"t5": (3, 0), "text": prompt, "max_length": 256}, (380, 360)),
+        Node(10, "FillScopeSD3TextCondition", {"clip_l_embeds": (7, 0), "clip_g_embeds": (8, 0), "t5_embeds": (9, 0)}, (760, 100)),
+        Node(11, "FillScopeCLIPLEncode", {"clip_l": (1, 0), "text": negative}, (380, 560), title="CLIP-L Encode (negative)"),
+        Node(12, "FillScopeCLIPGEncode", {"clip_g": (2, 0), "text": negative}, (380, 740), title="CLIP-G Encode (negative)"),
+        Node(13, "FillScopeT5Encode", {"t5": (3, 0), "text": negative, "max_length": 256}, (380, 920), title="T5-XXL Encode (negative)"),
+        Node(14, "FillScopeSD3TextCondition", {"clip_l_embeds": (11, 0), "clip_g_embeds": (12, 0), "t5_embeds": (13, 0)}, (760, 600), title="SD3 Text Condition (negative)"),
+        *image_nodes,
+        Node(
+            16,
+            "FillScopeSD3InpaintCondition",
+            {"vae": (6, 0), "image": (15, 0), "mask": (15, 1), "invert_mask": False, "threshold": 0.5, "grow": 0,
+             "feather": 0, "size_mode": "pad"},
+            (760, 900),
+        ),
+        Node(
+            17,
+            "FillScopeSD3ControlNetInpaintSampler",
+            {"transformer": (4, 0), "controlnet": (5, 0), "positive": (10, 0), "negative": (14, 0), "condition": (16, 0),
+             "seed": 0, "steps": steps, "cfg": 7.0, "control_scale": 0.95, "control_start": 0.0, "control_end": 1.0,
+             "shift": 3.0, "denoise": 1.0, "residual_mapping": "one_to_one"},
+            (1140, 300), size=(340, 420),
+        ),
+        Node(18, "FillScopeVAEDecode", {"vae": (6, 0), "latent": (17, 0)}, (1540, 300)),
         *output_nodes,
     ]
     return Graph(name, description, nodes)
@@ -91,9 +132,40 @@ GRAPHS = [
         steps=28,
         image_nodes=[Node(8, "LoadImage", {"image": "fillscope_example.png", "upload": "image"}, (380, 500), size=(320, 320))],
         output_nodes=[
-            Node(12, "FillScopePasteBack", {"generated": (11, 0), "condition": (9, 0)}, (1900, 100)),
+            Node(12, "FillScopePasteBack", {"generated": (11, 0), "latent": (10, 0)}, (1900, 100)),
             Node(13, "SaveImage", {"images": (12, 0), "filename_prefix": "fillscope/flux_fill_inpaint"}, (2280, 100), size=(400, 400)),
             Node(14, "FillScopeShapesReport", {"shapes": (12, 1), "filename_prefix": "fillscope/flux_fill_inpaint"}, (1900, 400)),
+        ],
+    ),
+    sd3_controlnet_graph(
+        "sd3_controlnet_meta_trace",
+        "SD3-medium + alimama inpainting ControlNet, full production topology on meta weights, 1 step with CFG: "
+        "every boundary shape, any size, on any CPU.",
+        source="meta",
+        controlnet_source="meta",
+        dtype="bf16",
+        prompt="a red brick fireplace",
+        negative="",
+        steps=1,
+        image_nodes=[Node(15, "FillScopeSyntheticImageMask", {"width": 1024, "height": 1024, "mask_fraction": 0.5}, (380, 1120))],
+        output_nodes=[Node(19, "FillScopeShapesReport", {"shapes": (18, 1), "filename_prefix": "fillscope/sd3_controlnet_meta_trace"}, (1900, 300))],
+    ),
+    sd3_controlnet_graph(
+        "sd3_controlnet_inpaint",
+        "SD3-medium + alimama-creative SD3 inpainting ControlNet with real weights (models/diffusers/"
+        "stable-diffusion-3-medium-diffusers and models/diffusers/SD3-Controlnet-Inpainting), bf16, 1024x1024, "
+        "28 steps, CFG 7, control scale 0.95, 1:1 residual mapping; paste-back keeps unmasked pixels exact.",
+        source="stable-diffusion-3-medium-diffusers",
+        controlnet_source="SD3-Controlnet-Inpainting",
+        dtype="bf16",
+        prompt="a red brick fireplace",
+        negative="blurry, low quality",
+        steps=28,
+        image_nodes=[Node(15, "LoadImage", {"image": "fillscope_example.png", "upload": "image"}, (380, 1120), size=(320, 320))],
+        output_nodes=[
+            Node(19, "FillScopePasteBack", {"generated": (18, 0), "latent": (17, 0)}, (1900, 100)),
+            Node(20, "SaveImage", {"images": (19, 0), "filename_prefix": "fillscope/sd3_controlnet_inpaint"}, (2280, 100), size=(400, 400)),
+            Node(21, "FillScopeShapesReport", {"shapes": (19, 1), "filename_prefix": "fillscope/sd3_controlnet_inpaint"}, (1900, 400)),
         ],
     ),
 ]

@@ -21,6 +21,24 @@ FLUX_FILL_BOUNDARIES = [
 ]
 
 
+SD3_CONTROLNET_BOUNDARIES = [
+    ("CLIP-L penultimate hidden", "clip_l.penultimate"),
+    ("CLIP-L text_embeds", "clip_l.text_embeds"),
+    ("OpenCLIP bigG penultimate hidden", "clip_g.penultimate"),
+    ("OpenCLIP bigG text_embeds", "clip_g.text_embeds"),
+    ("T5-XXL (max_sequence_length 256)", "t5.hidden"),
+    ("CLIP-L ++ CLIP-G, zero-padded to 4096", "clip_lg.padded"),
+    ("joint context = cat(clip 77, t5 256)", "joint_context"),
+    ("pooled = cat(L 768, G 1280)", "pooled"),
+    ("noisy latent", "initial_noise"),
+    ("inpaint condition = cat(masked latents 16, mask 1)", "inpaint_condition"),
+    ("ControlNet residual 0 of 23 (x2 batch under CFG)", "controlnet.residual[0]"),
+    ("ControlNet residual 22 of 23", "controlnet.residual[22]"),
+    ("transformer output (x2 batch under CFG)", "transformer.output"),
+    ("guided velocity", "velocity.guided"),
+    ("decoded image", "decoded_image"),
+]
+
 # The seed trace's shapes (shared/seeds/000, an A100 BF16 run at 1024x1024, batch 1): a static reference to
 # compare a measured run against, never a figure FillScope reports as its own.
 FLUX_FILL_SEED_1024 = {
@@ -39,6 +57,19 @@ FLUX_FILL_SEED_1024 = {
 }
 
 
+# Seed 001 (SD3-medium + alimama ControlNet, A100 BF16, 1024x1024, batch 1): the shapes it shows.
+SD3_CONTROLNET_SEED_1024 = {
+    "clip_l.penultimate": [1, 77, 768],
+    "clip_g.penultimate": [1, 77, 1280],
+    "t5.hidden": [1, 256, 4096],
+    "joint_context": [1, 333, 4096],
+    "initial_noise": [1, 16, 128, 128],
+    "inpaint_condition": [1, 17, 128, 128],
+    "velocity.guided": [1, 16, 128, 128],
+    "decoded_image": [1, 3, 1024, 1024],
+}
+
+
 def all_records(documents) -> list[dict]:
     """Every node record in shapes documents (their trails and nodes), each once, in order."""
     seen, out = set(), []
@@ -50,8 +81,15 @@ def all_records(documents) -> list[dict]:
     return out
 
 
-def boundary_rows(documents, boundaries=FLUX_FILL_BOUNDARIES) -> list[dict]:
+def boundaries_for(documents) -> list:
+    """The boundary list of the model family the documents' graph ran."""
+    nodes = {rec["node"] for rec in all_records(documents)}
+    return SD3_CONTROLNET_BOUNDARIES if "FillScopeSD3ControlNetInpaintSampler" in nodes else FLUX_FILL_BOUNDARIES
+
+
+def boundary_rows(documents, boundaries=None) -> list[dict]:
     """One row per boundary: the last measured tensor of that name (the sampler's ids win over earlier ones)."""
+    boundaries = boundaries or boundaries_for(documents)
     found: dict[str, tuple[dict, dict]] = {}
     for rec in all_records(documents):
         for t in rec["tensors"]:
@@ -68,27 +106,41 @@ def boundary_rows(documents, boundaries=FLUX_FILL_BOUNDARIES) -> list[dict]:
     return rows
 
 
-def compare_with_seed(rows) -> dict | None:
-    """At 1024x1024 batch 1: {tensor: True/False} whether each measured shape equals the seed trace's."""
+def seed_shapes(rows) -> tuple[str, dict] | None:
+    """(seed name, its shapes) for the family of these rows, when the run is 1024x1024 batch 1."""
     by_name = {r["tensor"]: r["shape"] for r in rows}
     if by_name.get("decoded_image") != [1, 3, 1024, 1024]:
         return None
-    return {name: by_name.get(name) == shape for name, shape in FLUX_FILL_SEED_1024.items()}
+    if "fill_condition" in by_name:
+        return "seed 000", FLUX_FILL_SEED_1024
+    if "inpaint_condition" in by_name:
+        return "seed 001", SD3_CONTROLNET_SEED_1024
+    return None
+
+
+def compare_with_seed(rows) -> dict | None:
+    """At 1024x1024 batch 1: {tensor: True/False} whether each measured shape equals the seed trace's."""
+    found = seed_shapes(rows)
+    if found is None:
+        return None
+    by_name = {r["tensor"]: r["shape"] for r in rows}
+    return {name: by_name.get(name) == shape for name, shape in found[1].items()}
 
 
 def format_rows(rows) -> str:
     w = max(len(r["boundary"]) for r in rows)
     seed = compare_with_seed(rows)
+    seed_name, seed_table = seed_shapes(rows) or ("", {})
     provs = [f"{r['provenance']} on {r['device']} ({r['node']})" if r["provenance"] == MEASURED else r["provenance"]
              for r in rows]
     pw = max(len(p) for p in provs)
-    extra = "  seed 000 (static)" if seed else ""
+    extra = f"  {seed_name} (static)" if seed else ""
     lines = [f"{'boundary':<{w}}  {'shape':<22} {'dtype':<9} {'provenance':<{pw}}{extra}"]
     lines.append("-" * (w + 34 + pw + len(extra)))
     for r, prov in zip(rows, provs):
         cmp = ""
         if seed and r["tensor"] in seed:
-            cmp = "  same" if seed[r["tensor"]] else f"  DIFFERS: {FLUX_FILL_SEED_1024[r['tensor']]}"
+            cmp = "  same" if seed[r["tensor"]] else f"  DIFFERS: {seed_table[r['tensor']]}"
         lines.append(f"{r['boundary']:<{w}}  {str(r['shape']):<22} {r['dtype']:<9} {prov:<{pw}}{cmp}")
     if seed:
         lines.append(f"{sum(seed.values())}/{len(seed)} boundaries equal the seed trace's shapes")
