@@ -161,9 +161,10 @@ def sample_flux_fill(
     observe("noisy_latents.packed", x)
     observe("txt_ids", txt_ids)
     observe("img_ids", img_ids)
+    on_device = sigmas.to(device)  # once: no host<->device copy per step
     with torch.inference_mode():
         for i in range(run_steps):
-            t = (sigmas[i] * 1000.0).to(device)
+            t = on_device[i] * 1000.0
             timestep = t.expand(b).to(dtype)
             model_input = torch.cat([x, condition], dim=2)  # [B,N,384]
             velocity = model(
@@ -179,7 +180,7 @@ def sample_flux_fill(
             if i == 0:
                 observe("transformer.input", model_input)
                 observe("transformer.output", velocity)
-            x = euler_step(x, velocity, sigmas[i].to(device), sigmas[i + 1].to(device))
+            x = euler_step(x, velocity, on_device[i], on_device[i + 1])
             if callback is not None:
                 callback(i + 1, run_steps)
     out = unpack_latents(x, lh, lw)  # [B,16,h,w]

@@ -179,10 +179,11 @@ def sample_sd3_controlnet_inpaint(
     observe("sampler.pooled", pooled)
     observe("control_image", control)
 
+    on_device = sigmas.to(device)  # once: no host<->device copy per step
     with torch.inference_mode():
         for i in range(run_steps):
             x_in = torch.cat([latents] * 2) if use_cfg else latents  # [2B,16,h,w]
-            t = (sigmas[i] * 1000.0).to(device)
+            t = on_device[i] * 1000.0
             timestep = t.expand(x_in.shape[0])
             scale = control_scale * controlnet_keep(i, run_steps, control_start, control_end)
             residuals = cnet(
@@ -211,7 +212,7 @@ def sample_sd3_controlnet_inpaint(
                 velocity = uncond + cfg * (text - uncond)
             if i == 0:
                 observe("velocity.guided", velocity)
-            latents = euler_step(latents, velocity, sigmas[i].to(device), sigmas[i + 1].to(device))
+            latents = euler_step(latents, velocity, on_device[i], on_device[i + 1])
             if callback is not None:
                 callback(i + 1, run_steps)
     observe("latent", latents)

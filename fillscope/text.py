@@ -8,6 +8,7 @@ passes in. Nothing is fetched from a hub.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 from .errors import FillScopeInputError
@@ -17,7 +18,9 @@ CLIP_MAX_LENGTH = 77
 FLUX_T5_MAX_LENGTH = 512
 
 
+@lru_cache(maxsize=16)
 def load_clip_tokenizer(folder: Path, pad_token: str | None = None):
+    """Cached per folder: a loader node re-run (new weights, same tokenizer) does not re-read the vocabulary."""
     from transformers import CLIPTokenizer
 
     # ComfyUI's CLIP tokenizer config says model_max_length 8192; CLIP has 77 positions.
@@ -29,6 +32,7 @@ def load_clip_tokenizer(folder: Path, pad_token: str | None = None):
     return tok
 
 
+@lru_cache(maxsize=16)
 def load_t5_tokenizer(folder: Path):
     from transformers import T5TokenizerFast
 

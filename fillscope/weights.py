@@ -205,10 +205,15 @@ def locate_component(kind: str, folder: Path, input_name: str) -> tuple[Path, Pa
         layout = PIPELINE_LAYOUTS.get(pipeline, {})
         if kind not in layout:
             what = KNOWN_PIPELINES.get(pipeline, pipeline)
+            same_class = [k for k in layout if COMPONENTS[k].class_name == spec.class_name]
+            has = f" (it has the {COMPONENTS[same_class[0]].title})" if same_class else ""
+            fix = f"select a repository that has one: {_repositories_with(kind) or spec.title}."
+            if same_class and kind.endswith("_vae"):
+                fix = f"set the VAE loader's kind to {same_class[0].removesuffix('_vae')}, or select a repository with the {spec.title}."
             raise FillScopeInputError(
                 input_name,
-                f"'{folder.name}' is a {what} repository (model_index.json says {pipeline}), which has no {spec.title}.",
-                f"select a repository that has one: {_repositories_with(kind) or spec.title}.",
+                f"'{folder.name}' is a {what} repository (model_index.json says {pipeline}), which has no {spec.title}{has}.",
+                fix,
             )
         model_sub, tok_sub = layout[kind]
         sub, tokenizer = folder / model_sub, (folder / tok_sub if tok_sub else None)

@@ -114,7 +114,7 @@ def mask_inputs():
         io.Float.Input("threshold", default=0.5, min=0.0, max=1.0, step=0.01,
                        tooltip="Binarise the mask at this value (diffusers uses 0.5). 0 keeps a soft mask."),
         io.Int.Input("grow", default=0, min=0, max=256, tooltip="Dilate the mask by this many pixels."),
-        io.Int.Input("feather", default=0, min=0, max=256,
+        io.Int.Input("feather", default=0, min=0, max=128,
                      tooltip="Paste-back edge: ramps inward over this many pixels; kept pixels stay exact."),
         io.Combo.Input("size_mode", options=["pad", "crop"], default="pad",
                        tooltip="Sides not multiples of 16: pad (edge pixels, cropped off after) or center-crop."),

@@ -1,0 +1,139 @@
+"""FillScope's SD3 ControlNet inpainting nodes in a real ComfyUI server: both shipped SD3 workflows through
+POST /prompt, and the bad-input cases of the FLUX issue for the SD3 nodes, each followed by a good prompt."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from comfy_server import ComfyExecutionError, ComfyPromptError
+
+WORKFLOWS = Path(__file__).resolve().parent.parent / "workflows"
+
+pytestmark = pytest.mark.server
+
+
+def load_api(name):
+    return json.loads((WORKFLOWS / f"{name}.api.json").read_text())
+
+
+def node_id(prompt, class_type):
+    return next(k for k, v in prompt.items() if v["class_type"] == class_type)
+
+
+def shapes_doc(entry, prompt, class_type):
+    return entry["outputs"][node_id(prompt, class_type)]["fillscope_shapes"][0]
+
+
+def tensors(doc):
+    return {t["name"]: t for t in doc["node"]["tensors"]}
+
+
+def meta_prompt(width, height, mask_fraction=0.5):
+    prompt = load_api("sd3_controlnet_meta_trace")
+    prompt[node_id(prompt, "FillScopeSyntheticImageMask")]["inputs"].update(
+        width=width, height=height, mask_fraction=mask_fraction)
+    return prompt
+
+
+@pytest.fixture(scope="module")
+def server(served_models):
+    return served_models
+
+
+def assert_still_serving(server):
+    assert server.run(meta_prompt(256, 256), timeout=300)["status"]["status_str"] == "success"
+
+
+def test_sd3_meta_trace_reports_the_contract_shapes(server):
+    prompt = load_api("sd3_controlnet_meta_trace")
+    entry = server.run(prompt, timeout=300)
+    rows = {r["tensor"]: r for r in entry["outputs"][node_id(prompt, "FillScopeShapesReport")]["fillscope_boundaries"]}
+    expected = {
+        "clip_l.penultimate": [1, 77, 768], "clip_l.text_embeds": [1, 768], "clip_g.penultimate": [1, 77, 1280],
+        "clip_g.text_embeds": [1, 1280], "t5.hidden": [1, 256, 4096], "clip_lg.padded": [1, 77, 4096],
+        "joint_context": [1, 333, 4096], "pooled": [1, 2048], "initial_noise": [1, 16, 128, 128],
+        "inpaint_condition": [1, 17, 128, 128], "controlnet.residual[0]": [2, 4096, 1536],
+        "controlnet.residual[22]": [2, 4096, 1536], "velocity.guided": [1, 16, 128, 128],
+        "decoded_image": [1, 3, 1024, 1024],
+    }
+    for name, shape in expected.items():
+        assert rows[name]["shape"] == shape, name
+        assert rows[name]["provenance"] == "measured" and rows[name]["device"] == "meta"
+    sampler = shapes_doc(entry, prompt, "FillScopeSD3ControlNetInpaintSampler")["node"]["facts"]
+    assert sampler["controlnet_residuals"] == 23 and sampler["residual_mapping"] == "one_to_one"
+
+
+def test_sd3_inpaint_workflow_runs_on_the_tiny_folders(server):
+    prompt = load_api("sd3_controlnet_inpaint")
+    entry = server.run(prompt, timeout=900)
+    saved = entry["outputs"][node_id(prompt, "SaveImage")]["images"][0]
+    png = Image.open(io.BytesIO(server.view(saved["filename"], saved["subfolder"], saved["type"])))
+    assert png.size == (128, 96)
+    cond = tensors(shapes_doc(entry, prompt, "FillScopeSD3InpaintCondition"))
+    assert cond["inpaint_condition"]["shape"] == [1, 17, 12, 16] and cond["inpaint_condition"]["device"] == "cpu"
+    facts = shapes_doc(entry, prompt, "FillScopeSD3ControlNetInpaintSampler")["node"]["facts"]
+    assert facts["steps_run"] == 28 and facts["cfg"] == 7.0
+
+
+def test_sd3_image_mask_size_mismatch_is_a_clear_error(server):
+    prompt = load_api("sd3_controlnet_inpaint")
+    prompt[node_id(prompt, "LoadImage")]["inputs"]["image"] = "fillscope_rgb.png"
+    with pytest.raises(ComfyExecutionError) as e:
+        server.run(prompt, timeout=300)
+    assert "input 'mask'" in str(e.value) and "64x64" in str(e.value) and "Fix:" in str(e.value)
+    assert_still_serving(server)
+
+
+def test_missing_controlnet_folder_is_refused_at_validation(server):
+    prompt = load_api("sd3_controlnet_inpaint")
+    prompt[node_id(prompt, "FillScopeLoadSD3InpaintControlNet")]["inputs"]["source"] = "SD3-Controlnet-missing"
+    with pytest.raises(ComfyPromptError) as e:
+        server.queue(prompt)
+    assert "SD3-Controlnet-missing" in json.dumps(e.value.body) and "Fix:" in json.dumps(e.value.body)
+    assert_still_serving(server)
+
+
+def test_flux_repository_on_the_sd3_transformer_loader_names_what_it_is(server):
+    prompt = load_api("sd3_controlnet_inpaint")
+    prompt[node_id(prompt, "FillScopeLoadSD3Transformer")]["inputs"]["source"] = "FLUX.1-Fill-dev"
+    with pytest.raises(ComfyExecutionError) as e:
+        server.run(prompt, timeout=300)
+    msg = str(e.value)
+    assert "FLUX.1 Fill [dev] repository" in msg and "which has no SD3 transformer" in msg and "Fix:" in msg
+    assert_still_serving(server)
+
+
+def test_flux_vae_kind_on_an_sd3_repository_is_refused(server):
+    prompt = load_api("sd3_controlnet_inpaint")
+    prompt[node_id(prompt, "FillScopeLoadVAE")]["inputs"]["kind"] = "flux"
+    with pytest.raises(ComfyExecutionError) as e:
+        server.run(prompt, timeout=300)
+    assert "which has no FLUX VAE (it has the SD3 VAE)" in str(e.value) and "kind to sd3" in str(e.value)
+    assert_still_serving(server)
+
+
+def test_sd3_odd_size_runs_padded_and_says_so(server):
+    prompt = meta_prompt(1023, 777)
+    entry = server.run(prompt, timeout=300)
+    cond = shapes_doc(entry, prompt, "FillScopeSD3InpaintCondition")
+    assert any("1023x777 padded" in n for n in cond["node"]["notes"])
+    assert tensors(cond)["inpaint_condition"]["shape"] == [1, 17, 98, 128]
+    assert tensors(shapes_doc(entry, prompt, "FillScopeVAEDecode"))["image"]["shape"] == [1, 777, 1023, 3]
+
+
+def test_sd3_empty_mask_returns_the_input_with_a_warning(server):
+    prompt = load_api("sd3_controlnet_inpaint")
+    prompt["90"] = {"class_type": "FillScopeSyntheticImageMask", "inputs": {"width": 128, "height": 96, "mask_fraction": 0.0}}
+    cond = prompt[node_id(prompt, "FillScopeSD3InpaintCondition")]["inputs"]
+    del prompt[node_id(prompt, "LoadImage")]
+    cond["image"], cond["mask"] = ["90", 0], ["90", 1]
+    entry = server.run(prompt, timeout=300)
+    sampler = shapes_doc(entry, prompt, "FillScopeSD3ControlNetInpaintSampler")
+    assert any("mask is empty" in w for w in sampler["node"]["warnings"])
+    assert "transformer.input" not in tensors(sampler)
+    assert_still_serving(server)
