@@ -9,7 +9,7 @@ import sys
 import urllib.request
 from pathlib import Path
 
-from .trace.summary import all_records, boundary_rows, format_rows
+from .trace.summary import SD3_CONTROLNET_BOUNDARIES, all_records, boundaries_for, boundary_rows, format_rows
 
 
 def fetch_json(url: str):
@@ -33,19 +33,21 @@ def demo_summary(port: int, out: Path, host: str = "127.0.0.1") -> int:
     if entry.get("status", {}).get("status_str") != "success":
         raise SystemExit(f"prompt {pid} did not succeed: {json.dumps(entry.get('status'))[:2000]}")
     docs = [o["fillscope_shapes"][0] for o in entry["outputs"].values() if "fillscope_shapes" in o]
+    sd3 = boundaries_for(docs) is SD3_CONTROLNET_BOUNDARIES
+    stem, title = ("sd3_controlnet_shapes", "SD3 ControlNet inpainting") if sd3 else ("flux_fill_shapes", "FLUX.1 Fill")
     rows = boundary_rows(docs)
     records = all_records(docs)
     out.mkdir(parents=True, exist_ok=True)
     table = format_rows(rows)
-    header = (f"FLUX.1 Fill boundary shapes, measured by FillScope in ComfyUI prompt {pid} "
+    header = (f"{title} boundary shapes, measured by FillScope in ComfyUI prompt {pid} "
               f"({len(records)} node records; provenance per row)")
-    (out / "flux_fill_shapes.txt").write_text(header + "\n\n" + table + "\n")
-    (out / "flux_fill_shapes.json").write_text(json.dumps(
+    (out / f"{stem}.txt").write_text(header + "\n\n" + table + "\n")
+    (out / f"{stem}.json").write_text(json.dumps(
         {"prompt_id": pid, "server": base, "boundaries": rows, "records": records}, indent=1))
     print(header)
     print()
     print(table)
-    print(f"\nwrote {out / 'flux_fill_shapes.txt'} and {out / 'flux_fill_shapes.json'}")
+    print(f"\nwrote {out / (stem + '.txt')} and {out / (stem + '.json')}")
     missing = [r["boundary"] for r in rows if r["shape"] is None]
     if missing:
         print(f"missing boundaries: {missing}", file=sys.stderr)

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # FillScope demo, headless, through comfy-cli (REFERENCE.md section 6):
 #   1. comfy launch --background   ComfyUI with the pack on 127.0.0.1:$PORT (--cpu when torch sees no CUDA)
-#   2. comfy run --wait            the demo workflow (API format)
-#   3. python -m fillscope.cli demo-summary --port $PORT --out out/   (reads /history; writes out/*.json + table)
+#   2. comfy run --wait            each demo workflow (API format): the FLUX Fill and SD3 ControlNet meta traces
+#   3. python -m fillscope.cli demo-summary --port $PORT --out out/   after each (reads /history; writes
+#                                  out/<family>_shapes.json + .txt and prints the table)
 #   4. comfy stop --port $PORT     always, also on failure (trap)
 #
 # Environment: PORT (8188), COMFYUI_PATH (existing ComfyUI instead of .comfyui), OUT (out/),
-#   WORKFLOW (workflows/flux_fill_meta_trace.api.json), DEMO_TIMEOUT (comfy run's per-event silence
+#   WORKFLOWS (space-separated; default the two meta traces), DEMO_TIMEOUT (comfy run's per-event silence
 #   timeout, s; 1800), DEMO_SUMMARY=0 skips step 3.
 set -euo pipefail
 
@@ -14,7 +15,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 PORT="${PORT:-8188}"
 OUT="${OUT:-out}"
-WORKFLOW="${WORKFLOW:-workflows/flux_fill_meta_trace.api.json}"
+WORKFLOWS="${WORKFLOWS:-${WORKFLOW:-workflows/flux_fill_meta_trace.api.json workflows/sd3_controlnet_meta_trace.api.json}}"
 DEMO_TIMEOUT="${DEMO_TIMEOUT:-1800}"
 PY="$ROOT/.venv/bin/python"
 COMFY_BIN="$ROOT/.venv/bin/comfy"
@@ -31,8 +32,11 @@ else
 fi
 [ -f "$COMFY/main.py" ] || die "ComfyUI not found at $COMFY: run 'make setup'"
 [ -x "$COMFY_BIN" ] || die "comfy-cli missing in .venv: run 'make setup'"
-[ -f "$WORKFLOW" ] || die "workflow $WORKFLOW not found"
-WORKFLOW="$(cd "$(dirname "$WORKFLOW")" && pwd)/$(basename "$WORKFLOW")"
+ABS_WORKFLOWS=()
+for wf in $WORKFLOWS; do
+  [ -f "$wf" ] || die "workflow $wf not found"
+  ABS_WORKFLOWS+=("$(cd "$(dirname "$wf")" && pwd)/$(basename "$wf")")
+done
 
 # the background launcher re-invokes `comfy` from PATH; keep comfy-cli quiet and offline-friendly
 export PATH="$ROOT/.venv/bin:$PATH"
@@ -62,9 +66,9 @@ trap stop_server EXIT
 trap 'exit 130' INT TERM
 
 # comfy launch returns once ComfyUI printed its URL; also check the API and the workflow's node types
-"$PY" - "$PORT" "$WORKFLOW" "$LOG" <<'EOF'
+"$PY" - "$PORT" "$LOG" "${ABS_WORKFLOWS[@]}" <<'EOF'
 import json, sys, time, urllib.request
-port, workflow, log = sys.argv[1], sys.argv[2], sys.argv[3]
+port, log, workflows = sys.argv[1], sys.argv[2], sys.argv[3:]
 deadline = time.time() + 180
 while True:
     try:
@@ -75,10 +79,12 @@ while True:
         if time.time() > deadline:
             sys.exit(f"[demo] ERROR: ComfyUI on port {port} does not answer /object_info: {e}")
         time.sleep(1)
-with open(workflow) as f:
-    wf = json.load(f)
-nodes = wf["nodes"] if isinstance(wf.get("nodes"), list) else list(wf.values())
-needed = {n.get("class_type") or n.get("type") for n in nodes if isinstance(n, dict)} - {None}
+needed = set()
+for workflow in workflows:
+    with open(workflow) as f:
+        wf = json.load(f)
+    nodes = wf["nodes"] if isinstance(wf.get("nodes"), list) else list(wf.values())
+    needed |= {n.get("class_type") or n.get("type") for n in nodes if isinstance(n, dict)} - {None}
 missing = sorted(t for t in needed if t not in info)
 if missing:
     lines = open(log, errors="replace").read().splitlines() if log else []
@@ -87,11 +93,12 @@ if missing:
 print(f"[demo] server up: {len(info)} node types; workflow uses {len(needed)}")
 EOF
 
-say "running $(basename "$WORKFLOW")"
-comfy --workspace "$COMFY" run --workflow "$WORKFLOW" --host 127.0.0.1 --port "$PORT" --wait --timeout "$DEMO_TIMEOUT"
-
-if [ "${DEMO_SUMMARY:-1}" != "0" ]; then
-  mkdir -p "$OUT"
-  "$PY" -m fillscope.cli demo-summary --port "$PORT" --out "$OUT/"
-fi
+for wf in "${ABS_WORKFLOWS[@]}"; do
+  say "running $(basename "$wf")"
+  comfy --workspace "$COMFY" run --workflow "$wf" --host 127.0.0.1 --port "$PORT" --wait --timeout "$DEMO_TIMEOUT"
+  if [ "${DEMO_SUMMARY:-1}" != "0" ]; then
+    mkdir -p "$OUT"
+    "$PY" -m fillscope.cli demo-summary --port "$PORT" --out "$OUT/"
+  fi
+done
 say "done"
