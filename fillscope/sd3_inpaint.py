@@ -180,27 +180,31 @@ def sample_sd3_controlnet_inpaint(
     observe("control_image", control)
 
     on_device = sigmas.to(device)  # once: no host<->device copy per step
+    controlnet_steps = 0
     with torch.inference_mode():
         for i in range(run_steps):
             x_in = torch.cat([latents] * 2) if use_cfg else latents  # [2B,16,h,w]
             t = on_device[i] * 1000.0
             timestep = t.expand(x_in.shape[0])
             scale = control_scale * controlnet_keep(i, run_steps, control_start, control_end)
-            residuals = cnet(
-                hidden_states=x_in, timestep=timestep, encoder_hidden_states=context,
-                pooled_projections=cnet_pooled, controlnet_cond=control, conditioning_scale=scale, return_dict=False,
-            )[0]  # 23 x [2B, tokens, width]
-            if residual_mapping == "diffusers":
-                velocity = model(hidden_states=x_in, timestep=timestep, encoder_hidden_states=context,
-                                 pooled_projections=pooled, block_controlnet_hidden_states=residuals, return_dict=False)[0]
-            else:
-                handles = _one_to_one_hooks(model, residuals)
-                try:
-                    velocity = model(hidden_states=x_in, timestep=timestep, encoder_hidden_states=context,
-                                     pooled_projections=pooled, return_dict=False)[0]
-                finally:
-                    for h in handles:
-                        h.remove()
+            residuals = []
+            if scale != 0.0:
+                # (diffusers runs the ControlNet at scale 0 too and adds exact zeros: skipping it is the same sum)
+                residuals = cnet(
+                    hidden_states=x_in, timestep=timestep, encoder_hidden_states=context,
+                    pooled_projections=cnet_pooled, controlnet_cond=control, conditioning_scale=scale, return_dict=False,
+                )[0]  # 23 x [2B, tokens, width]
+            handles = _one_to_one_hooks(model, residuals) if residual_mapping == "one_to_one" else []
+            try:
+                velocity = model(
+                    hidden_states=x_in, timestep=timestep, encoder_hidden_states=context, pooled_projections=pooled,
+                    block_controlnet_hidden_states=(residuals or None) if residual_mapping == "diffusers" else None,
+                    return_dict=False,
+                )[0]
+            finally:
+                for h in handles:
+                    h.remove()
+            controlnet_steps += bool(residuals)
             if i == 0:
                 observe("transformer.input", x_in)
                 for k, r in enumerate(residuals):
@@ -217,5 +221,6 @@ def sample_sd3_controlnet_inpaint(
                 callback(i + 1, run_steps)
     observe("latent", latents)
     info = {"steps_run": run_steps, "shift": shift, "sigma_start": float(sigmas[0]), "cfg": cfg,
-            "controlnet_residuals": len(residuals), "residual_mapping": residual_mapping}
+            "controlnet_residuals": cnet.config.get("num_layers"), "controlnet_steps": controlnet_steps,
+            "residual_mapping": residual_mapping}
     return SampledLatent(latents, cond.prepared, "sd3", info=info)
