@@ -220,3 +220,18 @@ def paste_back(generated, source, paste_mask):
     m = paste_mask.to(generated.dtype)
     blended = source * (1.0 - m) + generated * m
     return torch.where(m == 0, source, blended)
+
+
+def synthetic_image_and_mask(width: int, height: int, mask_fraction: float = 0.5):
+    """A deterministic gradient test image [1,H,W,3] and a centred rectangular repaint mask [1,H,W] whose side
+    is `mask_fraction` of the image's (0 = empty mask): inputs for traces at any size."""
+    import torch
+
+    ys = torch.linspace(0, 1, height)[:, None].expand(height, width)
+    xs = torch.linspace(0, 1, width)[None, :].expand(height, width)
+    image = torch.stack([xs, ys, 0.5 * (1 - xs)], dim=-1).unsqueeze(0).contiguous()
+    mask = torch.zeros(1, height, width)
+    mh, mw = int(round(height * mask_fraction)), int(round(width * mask_fraction))
+    top, left = (height - mh) // 2, (width - mw) // 2
+    mask[:, top : top + mh, left : left + mw] = 1.0
+    return image, mask

@@ -29,16 +29,9 @@ class SyntheticImageMask(io.ComfyNode):
 
     @classmethod
     def execute(cls, width, height, mask_fraction) -> io.NodeOutput:
-        import torch
+        from ..fillscope.masks import synthetic_image_and_mask
 
-        ys = torch.linspace(0, 1, height)[:, None].expand(height, width)
-        xs = torch.linspace(0, 1, width)[None, :].expand(height, width)
-        image = torch.stack([xs, ys, 0.5 * (1 - xs)], dim=-1).unsqueeze(0).contiguous()
-        mask = torch.zeros(1, height, width)
-        mh, mw = int(round(height * mask_fraction)), int(round(width * mask_fraction))
-        top, left = (height - mh) // 2, (width - mw) // 2
-        mask[:, top : top + mh, left : left + mw] = 1.0
-        return io.NodeOutput(image, mask)
+        return io.NodeOutput(*synthetic_image_and_mask(width, height, mask_fraction))
 
 
 class ShapesReport(io.ComfyNode):
