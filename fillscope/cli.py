@@ -62,10 +62,43 @@ def main(argv=None) -> int:
     ds.add_argument("--port", type=int, default=8188)
     ds.add_argument("--host", default="127.0.0.1")
     ds.add_argument("--out", type=Path, default=Path("out"))
+    tr = sub.add_parser("trace", help="trace one denoiser step of a stack and write the five-page report")
+    tr.add_argument("model", choices=["flux-fill", "sd3-controlnet-inpaint"])
+    tr.add_argument("--weights", default="meta", help="meta, placeholder, or a diffusers repository folder")
+    tr.add_argument("--controlnet", default=None, help="SD3: the ControlNet folder (default: same as --weights)")
+    tr.add_argument("--size", default="1024x1024", help="WIDTHxHEIGHT")
+    tr.add_argument("--dtype", default="bf16", choices=["bf16", "fp16", "fp32"])
+    tr.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    tr.add_argument("--prompt", default="a red brick fireplace")
+    tr.add_argument("--no-line-trace", action="store_true", help="skip the line-level tracer (faster)")
+    tr.add_argument("--out", type=Path, default=Path("out"))
     args = ap.parse_args(argv)
     if args.command == "demo-summary":
         return demo_summary(args.port, args.out, args.host)
+    if args.command == "trace":
+        return trace(args)
     return 2
+
+
+def trace(args) -> int:
+    from .trace.report import write_report
+    from .trace.run import TRACERS, load_stack
+
+    width, height = (int(v) for v in args.size.lower().split("x"))
+    stack = load_stack(args.model, args.weights, controlnet=args.controlnet, dtype=args.dtype, device=args.device)
+    report = TRACERS[args.model](stack, height=height, width=width, prompt=args.prompt, line_trace=not args.no_line_trace)
+    html, js = write_report(report, args.out, f"{args.model}_trace")
+    ev = report["evidence"]
+    print(f"{report['title']} at {width}x{height}, weights: {report['run']['weights']}, device: {report['run']['device']}")
+    print(f"module rows/hits: {ev['module']['rows']:,} / {ev['module']['hits']:,} (measured)")
+    if ev["line"]:
+        print(f"line rows/hits: {ev['line']['rows']:,} / {ev['line']['hits']:,} ({ev['line']['tracer']}, Python {ev['line']['python']})")
+    print(f"parameters: {ev['params']['unique']:,} unique, {ev['params']['tie_counted']:,} tie-counted")
+    print(f"FLOPs per denoiser step: {ev['flops']['per_step'] / 1e12:.1f} TFLOP (measured, FlopCounterMode)")
+    if ev["peak_memory"]:
+        print(f"peak memory: {ev['peak_memory']['bytes'] / 2**30:.2f} GiB ({ev['peak_memory']['provenance']})")
+    print(f"wrote {html} and {js}")
+    return 0
 
 
 if __name__ == "__main__":

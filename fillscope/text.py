@@ -39,6 +39,25 @@ def load_t5_tokenizer(folder: Path):
     return T5TokenizerFast.from_pretrained(str(folder))
 
 
+def comfy_tokenizer_folders() -> tuple[Path, Path]:
+    """(CLIP BPE folder, T5 folder) shipped with ComfyUI, for use outside a running ComfyUI (the CLI): from
+    $COMFYUI_PATH, the ComfyUI this pack sits in (custom_nodes/<pack>/fillscope), or the bundled .comfyui."""
+    import os
+
+    here = Path(__file__).resolve().parent
+    candidates = [Path(os.environ["COMFYUI_PATH"])] if os.environ.get("COMFYUI_PATH") else []
+    candidates += [Path(__file__).parent.parent.parent.parent, here.parent / ".comfyui"]
+    for root in candidates:
+        clip, t5 = root / "comfy" / "sd1_tokenizer", root / "comfy" / "text_encoders" / "t5_tokenizer"
+        if (clip / "vocab.json").is_file() and (t5 / "tokenizer.json").is_file():
+            return clip, t5
+    raise FillScopeInputError(
+        "tokenizers",
+        f"ComfyUI's tokenizer files were not found (looked in {', '.join(str(c) for c in candidates)}).",
+        "set COMFYUI_PATH to a ComfyUI folder, or run `make setup`.",
+    )
+
+
 def _tokenizer_folder(comp: Component, fallback: Path | None, input_name: str) -> tuple[Path, bool]:
     """(folder, from_repository): the repository's own tokenizer, else ComfyUI's files."""
     own = comp.extras.get("tokenizer_folder")

@@ -1,0 +1,92 @@
+"""Trace nodes: run a loaded stack for one shape-equivalent denoiser step under the module (and line) tracers
+and write the five-page architecture report (HTML + JSON) to the output folder."""
+
+from __future__ import annotations
+
+from comfy_api.latest import io
+
+from . import common as c
+
+
+def _trace_inputs():
+    return [
+        io.Int.Input("width", default=1024, min=16, max=8192, step=1),
+        io.Int.Input("height", default=1024, min=16, max=8192, step=1),
+        io.String.Input("prompt", multiline=True, default="a red brick fireplace"),
+        io.Boolean.Input("line_trace", default=True, tooltip="Also trace every executed line of diffusers/transformers (slower)."),
+        io.String.Input("filename_prefix", default="fillscope/trace"),
+    ]
+
+
+def _write(report, filename_prefix):
+    import folder_paths
+
+    from ..fillscope.trace.report import write_report
+
+    full_dir, name, counter, subfolder, _ = folder_paths.get_save_image_path(filename_prefix, folder_paths.get_output_directory())
+    html, js = write_report(report, full_dir, f"{name}_{counter:05}")
+    return [{"filename": html.name, "subfolder": subfolder, "type": "output"},
+            {"filename": js.name, "subfolder": subfolder, "type": "output"}]
+
+
+def _summary(report) -> str:
+    ev, run = report["evidence"], report["run"]
+    lines = [f"{report['title']}  {run['width']}x{run['height']}  {run['dtype']} on {run['device']}  ({run['weights']})",
+             f"module rows/hits: {ev['module']['rows']:,} / {ev['module']['hits']:,}  (measured on {ev['module']['device']})"]
+    if ev.get("line"):
+        lines.append(f"line rows/hits: {ev['line']['rows']:,} / {ev['line']['hits']:,}  ({ev['line']['tracer']}, Python {ev['line']['python']})")
+    lines.append(f"parameters: {ev['params']['unique']:,} unique / {ev['params']['tie_counted']:,} tie-counted")
+    lines.append(f"FLOPs per denoiser step: {ev['flops']['per_step'] / 1e12:.1f} TFLOP")
+    if ev.get("peak_memory"):
+        lines.append(f"peak memory: {ev['peak_memory']['bytes'] / 2**30:.2f} GiB ({ev['peak_memory']['provenance']})")
+    return "\n".join(lines)
+
+
+class FluxFillTrace(io.ComfyNode):
+    @classmethod
+    def define_schema(cls):
+        return io.Schema(
+            node_id="FillScopeFluxFillTrace",
+            display_name="FillScope FLUX Fill Trace",
+            category=c.CATEGORY + "/inspect",
+            description="Runs the loaded FLUX Fill stack for one denoiser step under the tracers and writes the five-page report.",
+            inputs=[c.ClipL.Input("clip_l"), c.T5.Input("t5"), c.FluxFillModel.Input("transformer"), c.Vae.Input("vae"), *_trace_inputs()],
+            outputs=[],
+            is_output_node=True,
+        )
+
+    @classmethod
+    def execute(cls, clip_l, t5, transformer, vae, width, height, prompt, line_trace, filename_prefix) -> io.NodeOutput:
+        from ..fillscope.trace.run import trace_flux_fill
+
+        stack = {"clip_l": clip_l.value, "t5": t5.value, "transformer": transformer.value, "vae": vae.value}
+        report = trace_flux_fill(stack, height=height, width=width, prompt=prompt, line_trace=line_trace)
+        return io.NodeOutput(ui={"text": [_summary(report)], "fillscope_report": _write(report, filename_prefix)})
+
+
+class SD3ControlNetTrace(io.ComfyNode):
+    @classmethod
+    def define_schema(cls):
+        return io.Schema(
+            node_id="FillScopeSD3ControlNetTrace",
+            display_name="FillScope SD3 ControlNet Trace",
+            category=c.CATEGORY + "/inspect",
+            description="Runs the loaded SD3 + inpainting ControlNet stack for one CFG denoiser step under the tracers and writes the five-page report.",
+            inputs=[c.ClipL.Input("clip_l"), c.ClipG.Input("clip_g"), c.T5.Input("t5"), c.SD3Model.Input("transformer"),
+                    c.SD3ControlNet.Input("controlnet"), c.Vae.Input("vae"), *_trace_inputs()],
+            outputs=[],
+            is_output_node=True,
+        )
+
+    @classmethod
+    def execute(cls, clip_l, clip_g, t5, transformer, controlnet, vae, width, height, prompt, line_trace,
+                filename_prefix) -> io.NodeOutput:
+        from ..fillscope.trace.run import trace_sd3_controlnet
+
+        stack = {"clip_l": clip_l.value, "clip_g": clip_g.value, "t5": t5.value, "transformer": transformer.value,
+                 "controlnet": controlnet.value, "vae": vae.value}
+        report = trace_sd3_controlnet(stack, height=height, width=width, prompt=prompt, line_trace=line_trace)
+        return io.NodeOutput(ui={"text": [_summary(report)], "fillscope_report": _write(report, filename_prefix)})
+
+
+NODES = [FluxFillTrace, SD3ControlNetTrace]
