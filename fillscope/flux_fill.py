@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from . import vae as vae_ops
 from .errors import FillScopeInputError
-from .latents import SampledLatent, observer_or_noop, decode_to_image  # noqa: F401  (re-exported: the FLUX path end to end)
+from .latents import ConditionSource, SampledLatent, observer_or_noop, decode_to_image  # noqa: F401  (re-exported: the FLUX path end to end)
 from .masks import PreparedInput
 from .sampling import euler_step, flux_dynamic_mu, flux_sigmas, initial_noise, truncate_for_denoise
 from .specs import flux_image_ids, flux_scheduler_config, pack_latents, unpack_latents
@@ -86,7 +86,8 @@ def build_fill_condition(vae: Component, prepared: PreparedInput, observe=None) 
     observe("mask.packed", packed_mask)
     observe("fill_condition", condition)
     _, _, lh, lw = masked_latents.shape
-    return FillCondition(condition, masked_latents, prepared, vae, lh, lw)
+    return FillCondition(prepared=prepared, vae=vae, condition=condition, masked_latents=masked_latents,
+                         latent_height=lh, latent_width=lw)
 
 
 def sample_flux_fill(

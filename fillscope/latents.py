@@ -20,6 +20,26 @@ class SampledLatent:
     info: dict = field(default_factory=dict)
 
 
+@dataclass
+class ConditionSource:
+    """What every inpaint condition keeps of its input: the prepared image/mask and the VAE, to start from the
+    noised source (denoise < 1) or to skip an empty mask. The source is encoded on first use only."""
+
+    prepared: PreparedInput
+    vae: object
+    _source_latents: object = field(default=None, repr=False)
+
+    @property
+    def is_empty(self) -> bool:
+        return self.prepared.coverage == 0.0
+
+    def source_latents(self):
+        """Scaled latents of the unmasked source [B,16,H/8,W/8]."""
+        if self._source_latents is None:
+            self._source_latents = vae_ops.encode(self.vae, self.prepared.image)
+        return self._source_latents
+
+
 def observer_or_noop(observe):
     return observe if observe is not None else (lambda name, tensor: None)
 

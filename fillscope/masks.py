@@ -131,7 +131,6 @@ def prepare_image_and_mask(
     size_mode: str = "pad",
     multiple: int = 16,
 ) -> PreparedInput:
-    import torch
     import torch.nn.functional as F
 
     if size_mode not in SIZE_MODES:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from . import vae as vae_ops
 from .errors import FillScopeInputError
-from .latents import SampledLatent, observer_or_noop
+from .latents import ConditionSource, SampledLatent, observer_or_noop
 from .masks import PreparedInput
 from .sampling import euler_step, initial_noise, static_shift_sigmas, truncate_for_denoise
 from .specs import scheduler_config
@@ -38,24 +38,11 @@ def load_sd3_controlnet(source, *, dtype="bf16", device="auto", seed=0) -> Compo
     return load_component("sd3_controlnet", source, dtype=dtype, device=device, seed=seed, input_name="controlnet source")
 
 
-@dataclass
-class InpaintCondition:
-    """The ControlNet's condition: masked-image latents (16) ++ keep-mask (1), and what is needed to start
-    from the source (denoise < 1) or to skip an empty mask."""
+@dataclass(kw_only=True)
+class InpaintCondition(ConditionSource):
+    """The ControlNet's condition: masked-image latents (16) ++ keep-mask (1)."""
 
     control: object  # [B, 17, H/8, W/8]
-    prepared: PreparedInput
-    vae: Component
-    _source_latents: object = None
-
-    @property
-    def is_empty(self) -> bool:
-        return self.prepared.coverage == 0.0
-
-    def source_latents(self):
-        if self._source_latents is None:
-            self._source_latents = vae_ops.encode(self.vae, self.prepared.image)
-        return self._source_latents
 
 
 def build_inpaint_condition(vae: Component, prepared: PreparedInput, observe=None) -> InpaintCondition:
@@ -77,7 +64,7 @@ def build_inpaint_condition(vae: Component, prepared: PreparedInput, observe=Non
     observe("masked_image_latents", latents)
     observe("keep_mask.latent", keep)
     observe("inpaint_condition", control)
-    return InpaintCondition(control, prepared, vae)
+    return InpaintCondition(prepared=prepared, vae=vae, control=control)
 
 
 def _one_to_one_hooks(transformer, residuals):

@@ -12,7 +12,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from .errors import FillScopeInputError
-from .weights import META, PLACEHOLDER, Component, load_component
+from .weights import Component, load_component
 
 CLIP_MAX_LENGTH = 77
 FLUX_T5_MAX_LENGTH = 512

@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 import pytest
 from PIL import Image
 
+from workflow_helpers import load_api, node_id, shapes_doc, tensors, with_synthetic_image
 from comfy_server import ComfyExecutionError, ComfyPromptError
 from fillscope.trace.summary import FLUX_FILL_SEED_1024
 
-REPO = Path(__file__).resolve().parent.parent
-WORKFLOWS = REPO / "workflows"
+from workflow_helpers import WORKFLOWS  # noqa: E402
+
 sys.path.insert(0, str(WORKFLOWS))
 import graphs  # noqa: E402
 
@@ -49,20 +49,12 @@ EXPECTED_NODES = {
 CONTRACT_1024 = FLUX_FILL_SEED_1024  # REFERENCE.md section 1, the seed trace's shapes
 
 
-def load_api(name):
-    return json.loads((WORKFLOWS / f"{name}.api.json").read_text())
 
 
-def node_id(prompt, class_type):
-    return next(k for k, v in prompt.items() if v["class_type"] == class_type)
 
 
-def shapes_doc(entry, prompt, class_type):
-    return entry["outputs"][node_id(prompt, class_type)]["fillscope_shapes"][0]
 
 
-def tensors(doc):
-    return {t["name"]: t for t in doc["node"]["tensors"]}
 
 
 @pytest.fixture(scope="module")
@@ -208,13 +200,7 @@ def test_odd_size_runs_padded_and_says_so(server):
 
 
 def test_empty_mask_returns_the_input_with_a_warning(server):
-    prompt = load_api("flux_fill_inpaint")
-    load = node_id(prompt, "LoadImage")
-    prompt["90"] = {"class_type": "FillScopeSyntheticImageMask", "inputs": {"width": 128, "height": 96, "mask_fraction": 0.0}}
-    cond = prompt[node_id(prompt, "FillScopeFluxFillCondition")]["inputs"]
-    cond["mask"] = ["90", 1]
-    del prompt[load]
-    cond["image"] = ["90", 0]
+    prompt = with_synthetic_image(load_api("flux_fill_inpaint"), 128, 96, mask_fraction=0.0)
     entry = server.run(prompt, timeout=300)
     sampler = shapes_doc(entry, prompt, "FillScopeFluxFillSampler")
     assert any("mask is empty" in w for w in sampler["node"]["warnings"])

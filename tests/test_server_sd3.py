@@ -5,32 +5,23 @@ from __future__ import annotations
 
 import io
 import json
-from pathlib import Path
 
 import pytest
 from PIL import Image
 
+from workflow_helpers import load_api, node_id, shapes_doc, tensors, with_synthetic_image
 from comfy_server import ComfyExecutionError, ComfyPromptError
 
-WORKFLOWS = Path(__file__).resolve().parent.parent / "workflows"
 
 pytestmark = pytest.mark.server
 
 
-def load_api(name):
-    return json.loads((WORKFLOWS / f"{name}.api.json").read_text())
 
 
-def node_id(prompt, class_type):
-    return next(k for k, v in prompt.items() if v["class_type"] == class_type)
 
 
-def shapes_doc(entry, prompt, class_type):
-    return entry["outputs"][node_id(prompt, class_type)]["fillscope_shapes"][0]
 
 
-def tensors(doc):
-    return {t["name"]: t for t in doc["node"]["tensors"]}
 
 
 def meta_prompt(width, height, mask_fraction=0.5):
@@ -127,11 +118,7 @@ def test_sd3_odd_size_runs_padded_and_says_so(server):
 
 
 def test_sd3_empty_mask_returns_the_input_with_a_warning(server):
-    prompt = load_api("sd3_controlnet_inpaint")
-    prompt["90"] = {"class_type": "FillScopeSyntheticImageMask", "inputs": {"width": 128, "height": 96, "mask_fraction": 0.0}}
-    cond = prompt[node_id(prompt, "FillScopeSD3InpaintCondition")]["inputs"]
-    del prompt[node_id(prompt, "LoadImage")]
-    cond["image"], cond["mask"] = ["90", 0], ["90", 1]
+    prompt = with_synthetic_image(load_api("sd3_controlnet_inpaint"), 128, 96, mask_fraction=0.0)
     entry = server.run(prompt, timeout=300)
     sampler = shapes_doc(entry, prompt, "FillScopeSD3ControlNetInpaintSampler")
     assert any("mask is empty" in w for w in sampler["node"]["warnings"])
