@@ -37,32 +37,18 @@ def pack_mask(mask, vae_scale: int = 8):
     return pack_latents(m.reshape(b, vae_scale * vae_scale, lh, lw))
 
 
-@dataclass
-class FillCondition:
-    """The Fill model's extra input: packed masked-image latents ++ packed mask, and what is needed to
-    start from the source (denoise < 1) or to skip an empty mask."""
+@dataclass(kw_only=True)
+class FillCondition(ConditionSource):
+    """The Fill model's extra input: packed masked-image latents ++ packed mask."""
 
     condition: object  # [B, N, 320] = masked latents [B,N,64] ++ mask [B,N,256]
     masked_latents: object  # [B, 16, H/8, W/8] scaled latents of the masked image
-    prepared: PreparedInput
-    vae: Component
     latent_height: int
     latent_width: int
-    _source_latents: object = None
 
     @property
     def tokens(self) -> int:
         return self.condition.shape[1]
-
-    @property
-    def is_empty(self) -> bool:
-        return self.prepared.coverage == 0.0
-
-    def source_latents(self):
-        """Scaled latents of the unmasked source [B,16,H/8,W/8]; encoded on first use only."""
-        if self._source_latents is None:
-            self._source_latents = vae_ops.encode(self.vae, self.prepared.image)
-        return self._source_latents
 
 
 def build_fill_condition(vae: Component, prepared: PreparedInput, observe=None) -> FillCondition:
