@@ -27,15 +27,28 @@ estimate_peak_memory(fn) -> {"bytes", "provenance", "parts"}
     fragmentation, the CUDA context, and anything freed or kept alive only from C++ (e.g. autograd graphs; the
     engine runs under inference_mode). Dtypes are the models' own (bf16 meta models count 2 bytes a value).
 
+    Checked against CUDA (H200, torch 2.11, placeholder bf16 weights, 1024x1024; measured = max_memory_allocated
+    during the call minus memory_allocated before it, estimated = activations_peak on meta):
+      FLUX.1 Fill, one transformer step     measured 490,292,736 B   estimated 490,289,182 B
+      SD3 + ControlNet, one CFG step        measured 1,747,319,808 B estimated 1,746,128,916 B
+      T5-XXL encode, 256 tokens             measured 38,799,360 B    estimated 37,748,736 B
+    With the weights: FLUX step 22.63 GiB estimated (22.17 GiB transformer bf16 + 0.46 GiB), which is the
+    seed's measured 22.65 GiB; T5 alone (256 tokens) 8.91 GiB estimated, seed 9.01 GiB measured.
+    FLOPs on CUDA equal the meta counts: FLUX.1 Fill one denoiser step 74,392,706,482,176 (74.4 TFLOP);
+    SD3-medium + ControlNet, one step with CFG (batch 2) 35,792,088,551,424 (35.8 TFLOP: ControlNet 17.98,
+    transformer 17.81).
+
 measure_peak_cuda(fn) -> {"bytes", "provenance": "measured on CUDA", ...}
-    `torch.cuda.reset_peak_memory_stats()`, `fn()`, synchronize, `torch.cuda.max_memory_allocated()`.
+    `torch.cuda.reset_peak_memory_stats()`, `fn()`, synchronize, `torch.cuda.max_memory_allocated()`
+    ("bytes": everything allocated at the peak, the weights included); "before_bytes" is memory_allocated()
+    before the call, so bytes - before_bytes is what the call added.
 """
 
 from __future__ import annotations
 
 import weakref
 
-__all__ = ["count_flops", "estimate_peak_memory", "measure_peak_cuda", "attention_flop_mapping"]
+__all__ = ["attention_flop_mapping", "count_flops", "estimate_peak_memory", "measure_peak_cuda"]
 
 
 def attention_flop_mapping() -> dict:

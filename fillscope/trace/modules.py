@@ -49,7 +49,10 @@ give the same counts but 130 modules (the 57 blocks among them) then show no inp
 
 `wall_s` per row is inclusive (children included), from `time.perf_counter()` in the pre-hook to the forward
 hook; with `sync_cuda=True` CUDA is synchronised at both ends (otherwise asynchronous kernels make it launch
-time). On the meta device the times are Python overhead only.
+time). On the meta device the times are Python overhead only. Measured on an H200 (placeholder bf16
+weights, 1024x1024): one FLUX Fill transformer forward 0.186 s untraced, 0.207 s under the tracer (1.11x, hooks
+on 1,220 modules registered and removed inside the timing), 0.357 s with `sync_cuda=True`; SD3 + ControlNet
+CFG step 0.119 s untraced, 0.157 s traced. On CPU the tiny FLUX engine run is within noise of untraced.
 """
 
 from __future__ import annotations
@@ -137,18 +140,24 @@ class ModuleTracer:
         self._names: dict[int, tuple[str, str, str]] = {}  # id(module) -> (component, qualified name, class)
         self._active = False
         self._text: dict = {}  # signature structure -> its text
+        self._sync_fn = None
 
     # -- context manager -------------------------------------------------------------------------------
     def __enter__(self):
         if self._active:
             raise RuntimeError("ModuleTracer is already active")
         _bind_torch()
+        import torch
+
+        self._sync_fn = torch.cuda.synchronize if self.sync_cuda and torch.cuda.is_available() else None
         self._active = True
+        hooked: set[int] = set()
         try:
             for comp, model in self.models.items():
                 for qual, module in model.named_modules():  # each module object once, root first (name "")
-                    if id(module) in self._names:  # shared with an earlier component: traced there
+                    if id(module) in hooked:  # shared with an earlier component: traced there
                         continue
+                    hooked.add(id(module))
                     self._names[id(module)] = (comp, qual, type(module).__name__)
                     self._handles.append(module.register_forward_pre_hook(self._pre, with_kwargs=True))
                     self._handles.append(module.register_forward_hook(self._post, with_kwargs=True))
@@ -170,24 +179,20 @@ class ModuleTracer:
 
     # -- hooks -----------------------------------------------------------------------------------------
     def _sync(self):
-        if self.sync_cuda:
-            import torch
-
-            if torch.cuda.is_available():
-                torch.cuda.synchronize()
+        if self._sync_fn is not None:
+            self._sync_fn()
 
     def _pre(self, module, args, kwargs):
         sig = _call_structure(args, kwargs)
         self._sync()
         self._pending[id(module)].append((sig, time.perf_counter()))
-        return None
 
     def _post(self, module, args, kwargs, output):
         self._sync()
         t1 = time.perf_counter()
         stack = self._pending.get(id(module))
         if not stack:  # hooks registered mid-call: no matching pre-hook
-            return None
+            return
         sig_in, t0 = stack.pop()
         key = (*self._names[id(module)], sig_in, _structure(output))
         row = self._rows.get(key)
@@ -196,12 +201,12 @@ class ModuleTracer:
         else:
             row[0] += 1
             row[1] += t1 - t0
-        return None
 
     # -- results ---------------------------------------------------------------------------------------
     @property
     def rows(self) -> list[dict]:
-        """One dict per row, in first-seen order: component, module, class, inputs, outputs, hits, wall_s."""
+        """One dict per row (component, module, class, inputs, outputs, hits, wall_s), in the order their first
+        call completed (children before their parents). Entering the same tracer again adds to them."""
         fmt = self._formatted
         return [
             {"component": c, "module": m, "class": k, "inputs": fmt(i), "outputs": fmt(o), "hits": h, "wall_s": w}
