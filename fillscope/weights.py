@@ -166,11 +166,27 @@ def fill_placeholder(model, seed: int, device: str) -> None:
                 fan_in = max(1, param[0].numel()) if param.dim() > 1 else param.numel()
                 bound = 1.0 / fan_in**0.5 if param.dim() > 1 else 0.02
                 param.uniform_(-bound, bound, generator=gen)
-        for name, buf in model.named_buffers():
-            if name.endswith("position_ids"):
-                buf.copy_(torch.arange(buf.shape[-1], device=device).expand_as(buf))
-            else:
-                raise RuntimeError(f"placeholder weights: no rule to initialise buffer {name}")
+        for module_name, module in model.named_modules():
+            for name, buf in module.named_buffers(recurse=False):
+                _fill_buffer(module, name, buf, f"{module_name}.{name}", device)
+
+
+def _fill_buffer(module, name: str, buf, qualified: str, device) -> None:
+    """Buffers are not weights: they get the value the module's own constructor computes."""
+    import torch
+
+    if name.endswith("position_ids"):
+        buf.copy_(torch.arange(buf.shape[-1], device=device).expand_as(buf))
+    elif name == "pos_embed" and hasattr(module, "base_size") and hasattr(module, "interpolation_scale"):
+        # diffusers' PatchEmbed (SD3, the SD3 ControlNet): a fixed 2-D sin-cos grid of pos_embed_max_size^2 tokens
+        from diffusers.models.embeddings import get_2d_sincos_pos_embed
+
+        grid = module.pos_embed_max_size or int(buf.shape[1] ** 0.5)
+        table = get_2d_sincos_pos_embed(buf.shape[-1], grid, base_size=module.base_size,
+                                        interpolation_scale=module.interpolation_scale, output_type="pt")
+        buf.copy_(table.reshape(buf.shape).to(buf.dtype))
+    else:
+        raise RuntimeError(f"placeholder weights: no rule to initialise buffer {qualified}")
 
 
 def _pipeline_name(folder: Path) -> str | None:

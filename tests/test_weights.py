@@ -107,3 +107,18 @@ def test_a_flux_repository_has_no_clip_g(tmp_path):
     with pytest.raises(FillScopeInputError) as e:
         load_component("clip_g", tmp_path / "repo", dtype="fp32", device="cpu")
     assert "which has no CLIP-G" in str(e.value) and "Stable Diffusion 3" in str(e.value)
+
+
+def test_placeholder_buffers_get_the_values_the_constructor_computes():
+    from diffusers import SD3ControlNetModel, SD3Transformer2DModel
+
+    from fillscope.weights import build_on_meta, fill_placeholder
+    from tiny_sd3 import TINY_SD3_CONTROLNET_CONFIG, TINY_SD3_TRANSFORMER_CONFIG
+
+    for kind, cls, cfg in (("sd3_transformer", SD3Transformer2DModel, TINY_SD3_TRANSFORMER_CONFIG),
+                           ("sd3_controlnet", SD3ControlNetModel, TINY_SD3_CONTROLNET_CONFIG)):
+        model = build_on_meta(kind, dict(cfg), dtype=torch.float32)
+        fill_placeholder(model, 0, "cpu")
+        reference = dict(cls.from_config(dict(cfg)).named_buffers())
+        for name, buf in model.named_buffers():
+            assert torch.equal(buf, reference[name]), (kind, name)
