@@ -37,6 +37,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import html as _html
+import itertools
 import json
 import math
 import os
@@ -332,7 +333,7 @@ def validate_report(report) -> None:
                 c.bad(f"{p}.per_component[{name!r}]", "expected {\"rows\": int, \"hits\": int}")
     if isinstance(ev, dict) and "line" not in ev:
         c.bad("report.evidence", "missing key 'line' (null when the line tracer did not run)")
-    line = c.obj(ev, "line", "report.evidence", nullable=True)
+    line = c.obj(ev, "line", "report.evidence", nullable=True) if isinstance(ev, dict) and "line" in ev else None
     if line is not None:
         p = "report.evidence.line"
         c.val(line, "rows", p, "int")
@@ -358,9 +359,12 @@ def validate_report(report) -> None:
         c.val(fl, "per_step", "report.evidence.flops", "num", nullable=True)
         c.val(fl, "method", "report.evidence.flops", "str")
         c.prov(fl, "report.evidence.flops")
-    pm = c.obj(ev, "peak_memory", "report.evidence")
+    if isinstance(ev, dict) and "peak_memory" not in ev:
+        c.bad("report.evidence", "missing key 'peak_memory' (null when memory was not measured)")
+    pm = (c.obj(ev, "peak_memory", "report.evidence", nullable=True)
+          if isinstance(ev, dict) and "peak_memory" in ev else None)
     if pm is not None:
-        c.val(pm, "bytes", "report.evidence.peak_memory", "int", nullable=True)
+        c.val(pm, "bytes", "report.evidence.peak_memory", "int")
         c.val(pm, "method", "report.evidence.peak_memory", "str")
         c.prov(pm, "report.evidence.peak_memory", default_device=run_device or "")
 
@@ -409,9 +413,11 @@ def format_value(value, unit: str) -> str:
         if a >= 1e-3:
             return f"{v * 1e3:.1f} ms"
         return f"{v * 1e6:.0f} µs"
-    if _is_int(v) or float(v).is_integer():
+    if unit == "count" and (_is_int(v) or float(v).is_integer()):
         return f"{v:,.0f}"
-    return f"{v:,.6g}"
+    if _is_int(v) or float(v).is_integer():
+        return str(int(v))
+    return f"{v:.6g}"
 
 
 def exact_value(value, unit: str) -> str:
@@ -531,8 +537,8 @@ def _fig(report: dict, name: str, *, label=True, cls="") -> _Markup:
     f = report["figures"][name]
     return _el("span", {"class_": "fig" + (f" {cls}" if cls else ""), "data-fig": name},
                _el("span", {"class_": "fig-label"}, _bi(f["label_en"], f["label_zh"])) if label else None,
-               _num(f["value"], f["unit"], _ptr("figures", name, "value")),
-               _badge(f["provenance"], f["device"], f["method"], small=True))
+               _el("span", {"class_": "fig-val"}, _num(f["value"], f["unit"], _ptr("figures", name, "value")),
+                   _badge(f["provenance"], f["device"], f["method"], small=True)))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -543,7 +549,7 @@ _KIND_LABEL = {
     "input": ("Inputs", "输入"), "encoder": ("Encoders", "编码器"), "assembly": ("Condition assembly", "条件组装"),
     "denoiser": ("Denoiser", "去噪器"), "vae": ("VAE", "VAE"), "output": ("Output", "输出"),
 }
-_FONT_T, _FONT_D, _FONT_E = 13.0, 11.0, 11.0  # title, detail, edge label (px in SVG units)
+_FONT_T, _FONT_D, _FONT_E = 12.5, 10.5, 10.5  # title, detail, edge label (px in SVG units)
 
 
 def _text_w(s: str, size: float, mono=False) -> float:
@@ -576,6 +582,26 @@ def _wrap(s: str, size: float, maxw: float) -> list[str]:
     if cur.strip():
         lines.append(cur.rstrip())
     return lines or [""]
+
+
+def _split_shape(text: str, limit: int = 13) -> list[str]:
+    """A long shape label on two lines, split after the comma nearest the middle; the second line keeps its
+    leading space so the text content still reads "[1, 3, 1024, 1024]"."""
+    if len(text) <= limit or ", " not in text:
+        return [text]
+    cuts = [m.start() + 1 for m in re.finditer(", ", text)]
+    cut = min(cuts, key=lambda c: (abs(len(text) - 2 * c), c))
+    return [text[:cut], text[cut:]]
+
+
+def _svg_num_lines(f: dict, name: str, lines: list[str], x: float, y: float) -> _Markup:
+    """A figure value as an SVG <text class="num"> (one <tspan> per line), vertically centred on y."""
+    y0 = y - 12.5 * (len(lines) - 1) / 2 + 3.7
+    spans = [_el("tspan", {"x": f"{x:.1f}", "y": f"{y0 + 12.5 * j:.1f}"}, t) for j, t in enumerate(lines)]
+    return _el("text", {"class_": "num shape" if f["unit"] == "shape" else "num", "text-anchor": "middle",
+                        "data-path": _ptr("figures", name, "value"), "data-unit": f["unit"],
+                        "data-value": json.dumps(f["value"], ensure_ascii=False),
+                        "title": exact_value(f["value"], f["unit"])}, spans)
 
 
 def _macro_columns(nodes, edges):
@@ -653,7 +679,7 @@ def _macro_svg(report: dict) -> _Markup:
             pred_items[d], succ_items[d] = [], []
             chain.append(d)
         chain.append(b)
-        for x, y in zip(chain, chain[1:]):
+        for x, y in itertools.pairwise(chain):
             succ_items[x].append(y)
             pred_items[y].append(x)
         chains.append(chain)
@@ -665,7 +691,7 @@ def _macro_svg(report: dict) -> _Markup:
         for c in rng:
             nb = pred_items if sweep % 2 == 0 else succ_items
 
-            def bary(i):
+            def bary(i, nb=nb):
                 ps = [pos[p] for p in nb[i] if item_col[p] != item_col[i]]
                 return sum(ps) / len(ps) if ps else pos[i]
             columns[c] = sorted(columns[c], key=lambda i: (bary(i), pos[i]))
@@ -673,20 +699,22 @@ def _macro_svg(report: dict) -> _Markup:
                 pos[i] = idx
 
     # sizes
-    box_maxw = 196.0
+    box_maxw = 152.0
     lines: dict[str, dict] = {}
     width_need = {}
     for n in nodes:
         i = n["id"]
-        t_en = _wrap(n["label_en"], _FONT_T, box_maxw - 24)
-        t_zh = _wrap(n["label_zh"], _FONT_T, box_maxw - 24)
-        d_en = _wrap(n["detail_en"], _FONT_D, box_maxw - 24) if n["detail_en"] else []
-        d_zh = _wrap(n["detail_zh"], _FONT_D, box_maxw - 24) if n["detail_zh"] else []
+        t_en = _wrap(n["label_en"], _FONT_T * 1.06, box_maxw - 20)
+        t_zh = _wrap(n["label_zh"], _FONT_T * 1.06, box_maxw - 20)
+        d_en = _wrap(n["detail_en"], _FONT_D, box_maxw - 20) if n["detail_en"] else []
+        d_zh = _wrap(n["detail_zh"], _FONT_D, box_maxw - 20) if n["detail_zh"] else []
         lines[i] = {"t_en": t_en, "t_zh": t_zh, "d_en": d_en, "d_zh": d_zh}
         width_need[i] = max([_text_w(s, _FONT_T) * 1.06 for s in t_en + t_zh]
-                            + [_text_w(s, _FONT_D) for s in d_en + d_zh] + [72]) + 24
+                            + [_text_w(s, _FONT_D) for s in d_en + d_zh] + [64]) + 26
     label_text = [format_value(figs[e["figure"]]["value"], figs[e["figure"]]["unit"]) for e in edges]
-    label_w = [_text_w(t, _FONT_E, mono=True) + 14 for t in label_text]
+    label_lines = [_split_shape(t) for t in label_text]
+    label_w = [max(_text_w(x, _FONT_E, mono=True) for x in ls) + 12 for ls in label_lines]
+    label_h = [6 + 12.5 * len(ls) for ls in label_lines]
     # where each edge's label sits: in its first dummy slot (column space) or in the gap before the target
     label_at: list[tuple] = []
     for k, chain in enumerate(chains):
@@ -699,19 +727,19 @@ def _macro_svg(report: dict) -> _Markup:
         need = [width_need[i] for i in columns[c] if i in node]
         need += [label_w[k] + 8 for k, (w, where) in enumerate(label_at) if w == "slot" and item_col[where] == c]
         need += [_text_w(headers[c][0], 10.5) + 8, _text_w(headers[c][1], 10.5) + 8]
-        col_w.append(max(need + [90.0]))
+        col_w.append(max(need + [80.0]))
     gap_w = []
     for g in range(ncol - 1):
-        need = [label_w[k] + 14 for k, (w, where) in enumerate(label_at) if w == "gap" and where == g]
-        gap_w.append(max(need + [60.0]))
+        need = [label_w[k] + 12 for k, (w, where) in enumerate(label_at) if w == "gap" and where == g]
+        gap_w.append(max(need + [48.0]))
 
-    n_in = {i: 0 for i in col}
-    n_out = {i: 0 for i in col}
+    n_in = {i: 0 for i in item_col}
+    n_out = {i: 0 for i in item_col}
     for chain in chains:
         n_out[chain[0]] += 1
         n_in[chain[-1]] += 1
     height = {}
-    for i in col:
+    for i in item_col:
         if i in node:
             L = lines[i]
             t = max(len(L["t_en"]), len(L["t_zh"]))
@@ -722,7 +750,7 @@ def _macro_svg(report: dict) -> _Markup:
             height[i] = 22
     vgap = 18.0
     col_h = [sum(height[i] for i in c) + vgap * max(0, len(c) - 1) for c in columns]
-    top_pad, margin = 34.0, 14.0
+    top_pad, margin = 30.0, 6.0
     inner_h = max(col_h)
     x_of = []
     x = margin
@@ -746,21 +774,28 @@ def _macro_svg(report: dict) -> _Markup:
             ys[k] = y_of[i] + height[i] * (rank_ + 1) / (len(ends) + 1)
         return ys
 
-    out_ends = {i: [] for i in col}
-    in_ends = {i: [] for i in col}
+    out_ends = {i: [] for i in item_col}
+    in_ends = {i: [] for i in item_col}
     out_idx, in_idx = {}, {}
     for k, chain in enumerate(chains):
         out_idx[k] = len(out_ends[chain[0]])
         out_ends[chain[0]].append(chain[1])
         in_idx[k] = len(in_ends[chain[-1]])
         in_ends[chain[-1]].append(chain[-2])
-    out_y = {i: port_ys(i, out_ends[i]) for i in col}
-    in_y = {i: port_ys(i, in_ends[i]) for i in col}
+    out_y = {i: port_ys(i, out_ends[i]) for i in item_col}
+    in_y = {i: port_ys(i, in_ends[i]) for i in item_col}
 
     parts = []
     # column headers
+    spans: list[list] = []
     for c in range(ncol):
-        cx = x_of[c] + col_w[c] / 2
+        if spans and headers[spans[-1][0]] == headers[c]:
+            spans[-1][1] = c
+        else:
+            spans.append([c, c])
+    for c0, c1 in spans:
+        c = c0
+        cx = (x_of[c0] + x_of[c1] + col_w[c1]) / 2
         parts.append(_el("text", {"class_": "colhead l-en", "x": f"{cx:.1f}", "y": "18", "text-anchor": "middle"},
                          headers[c][0]))
         parts.append(_el("text", {"class_": "colhead l-zh", "x": f"{cx:.1f}", "y": "18", "text-anchor": "middle"},
@@ -804,22 +839,22 @@ def _macro_svg(report: dict) -> _Markup:
     for g, labs in gap_labels.items():
         labs.sort(key=lambda t: (t[2], t[0]))
         for j in range(1, len(labs)):
-            if labs[j][2] - labs[j - 1][2] < 19:
-                labs[j][2] = labs[j - 1][2] + 19
+            need = (label_h[labs[j][0]] + label_h[labs[j - 1][0]]) / 2 + 3
+            if labs[j][2] - labs[j - 1][2] < need:
+                labs[j][2] = labs[j - 1][2] + need
         label_parts += [tuple(t) for t in labs]
     for k, lx, ly in sorted(label_parts):
         e = edges[k]
         f = figs[e["figure"]]
         bk = _badge_key(f["provenance"], f["device"])
         w = label_w[k]
-        ben, bzh = _badge_text(f["provenance"], f["device"])
+        ben = _badge_text(f["provenance"], f["device"])[0]
         label_parts_k = _el(
             "g", {"class_": f"elabel fig e-{bk}", "data-fig": e["figure"], "data-edge": f"{e['from']}->{e['to']}"},
             _el("title", None, f"{e['from']} → {e['to']}: {f['label_en']} = {label_text[k]} ({ben}; {f['method']})"),
-            _el("rect", {"x": f"{lx - w / 2:.1f}", "y": f"{ly - 9:.1f}", "width": f"{w:.1f}", "height": "18",
-                         "rx": "9"}),
-            _num(f["value"], f["unit"], _ptr("figures", e["figure"], "value"), tag="text",
-                 attrs={"x": f"{lx:.1f}", "y": f"{ly + 3.8:.1f}", "text-anchor": "middle"}),
+            _el("rect", {"x": f"{lx - w / 2:.1f}", "y": f"{ly - label_h[k] / 2:.1f}", "width": f"{w:.1f}",
+                         "height": f"{label_h[k]:.1f}", "rx": "7"}),
+            _svg_num_lines(f, e["figure"], label_lines[k], lx, ly),
         )
         edge_parts.append(label_parts_k)
     # nodes
@@ -864,12 +899,12 @@ def _page_meta(model: str) -> list[dict]:
     flux = model == "flux-fill"
     return [
         {"short": ("Macro", "宏观"), "title": ("Macro architecture", "宏观架构"),
-         "sub": ("From condition encoding through the full denoiser to VAE decode. Every edge carries the shape "
-                 "that flowed along it and where that shape came from.",
+         "sub": (("From condition encoding through the full denoiser to VAE decode. Every edge carries the shape "
+                  "that flowed along it and where that shape came from."),
                  "从条件编码、完整 denoiser 到 VAE 解码；每条边标注流经的 shape 及其来源。")},
         {"short": ("Conditions", "条件"), "title": ("Condition encoding and branch merge", "条件编码与分支组装"),
-         "sub": ("Every text and image condition branch that ran; output shapes and the merge rule are labelled "
-                 "separately.", "保留所有实际执行的文本与图像条件分支；输出 shape 与 merge 方式分别标注。")},
+         "sub": (("Every text and image condition branch that ran; output shapes and the merge rule are labelled "
+                  "separately."), "保留所有实际执行的文本与图像条件分支；输出 shape 与 merge 方式分别标注。")},
         {"short": ("Denoiser", "去噪器"),
          "title": (("Full FLUX transformer topology", "完整 FLUX Transformer 拓扑") if flux else
                    ("Full MMDiT topology and ControlNet branch", "完整 MMDiT 拓扑与 ControlNet 分支")),
@@ -878,14 +913,14 @@ def _page_meta(model: str) -> list[dict]:
         {"short": ("Block", "Block"),
          "title": (("Block micro-structure and fill condition", "Block 微观结构与 Fill 条件") if flux else
                    ("Joint block micro-structure and ControlNet injection", "Joint Block 微观结构与 ControlNet 条件注入")),
-         "sub": ("One block's modules by role: modulation, joint attention, MLP, residual; and how the task "
-                 "condition enters the denoiser.",
+         "sub": (("One block's modules by role: modulation, joint attention, MLP, residual; and how the task "
+                  "condition enters the denoiser."),
                  "单个 block 的模块按职责分组：调制、联合注意力、MLP、残差；以及任务条件如何进入 denoiser。")},
         {"short": ("VAE & evidence", "VAE 与证据"), "title": ("VAE boundary and trace evidence", "VAE 边界与运行证据"),
-         "sub": ("Encode/decode shapes as measured in the run; the channel ladder comes from static config. "
-                 "Evidence: parameters, memory, FLOPs, module- and line-level traces, run boundary.",
-                 "Encode/Decode shape 为本次运行实测；中间通道阶梯来自固定配置。证据：参数、显存、FLOPs、"
-                 "模块级与行级 trace、运行边界。")},
+         "sub": (("Encode/decode shapes as measured in the run; the channel ladder comes from static config. "
+                  "Evidence: parameters, memory, FLOPs, module- and line-level traces, run boundary."),
+                 ("Encode/Decode shape 为本次运行实测；中间通道阶梯来自固定配置。证据：参数、显存、FLOPs、"
+                  "模块级与行级 trace、运行边界。"))},
     ]
 
 
@@ -970,12 +1005,12 @@ def _page2(report, meta) -> _Markup:
         arch = []
         p = ("pages", "conditions", "branches", i)
         if b.get("layers") is not None:
-            arch.append(_el("div", {"class_": "arch"}, _bi("Layers ×", "层数 ×"), _num(b["layers"], "count", _ptr(*p, "layers"))))
+            arch.append(_el("div", {"class_": "arch"}, _bi("Layers ×", "层数 ×"), _num(b["layers"], "", _ptr(*p, "layers"))))
         hh = []
         if b.get("hidden") is not None:
-            hh.append(_el("span", None, _bi("hidden ", "hidden "), _num(b["hidden"], "count", _ptr(*p, "hidden"))))
+            hh.append(_el("span", None, _bi("hidden ", "hidden "), _num(b["hidden"], "", _ptr(*p, "hidden"))))
         if b.get("heads") is not None:
-            hh.append(_el("span", None, " · ", _bi("heads ", "heads "), _num(b["heads"], "count", _ptr(*p, "heads"))))
+            hh.append(_el("span", None, " · ", _bi("heads ", "heads "), _num(b["heads"], "", _ptr(*p, "heads"))))
         if hh:
             arch.append(_el("div", {"class_": "arch"}, hh))
         if arch:
@@ -1006,18 +1041,29 @@ def _page2(report, meta) -> _Markup:
     ])
 
 
-def _assembly(report) -> _Markup:
+def _assembly(report, *, vertical=False) -> _Markup:
     a = report["pages"]["micro"]["assembly"]
     parts = []
     for j, name in enumerate(a["parts"]):
         if j:
             parts.append(_el("div", {"class_": "op"}, "+"))
-        parts.append(_el("div", {"class_": "card part"}, _fig(report, name)))
-    return _el("div", {"class_": "assembly"},
+        parts.append(_el("div", {"class_": "card part"}, _fig(report, name, cls="stack")))
+    return _el("div", {"class_": "assembly" + (" vertical" if vertical else "")},
                _el("div", {"class_": "ctitle"}, _bi(a["label_en"], a["label_zh"])),
-               _el("div", {"class_": "asmrow"}, parts, _el("div", {"class_": "op"}, "→"),
-                   _el("div", {"class_": "card result"}, _fig(report, a["result"]))),
+               _el("div", {"class_": "asmrow"}, parts, _el("div", {"class_": "op"}, "↓" if vertical else "→"),
+                   _el("div", {"class_": "card result"}, _fig(report, a["result"], cls="stack"))),
                _el("p", {"class_": "rule"}, _bi(a["rule_en"], a["rule_zh"])))
+
+
+def _feeds(stages) -> dict[str, str]:
+    """stage id -> id of the stage it injects residuals into: the optional `feeds` key; without it a stage whose
+    id is or starts with "controlnet" feeds the first stage that is not a ControlNet (the SD3 layout)."""
+    out = {s["id"]: s["feeds"] for s in stages if s.get("feeds")}
+    main = [s["id"] for s in stages if not s.get("feeds") and not s["id"].lower().startswith("controlnet")]
+    for s in stages:
+        if s["id"] not in out and s["id"].lower().startswith("controlnet") and main:
+            out[s["id"]] = main[0]
+    return out
 
 
 def _stage_prov(blocks) -> tuple[str, str]:
@@ -1025,7 +1071,7 @@ def _stage_prov(blocks) -> tuple[str, str]:
     return ps.pop() if len(ps) == 1 else ("", "")
 
 
-def _stage_card(report, i, s) -> _Markup:
+def _stage_card(report, i, s, *, side=False) -> _Markup:
     blocks = s["blocks"]
     classes = []
     for b in blocks:
@@ -1034,10 +1080,11 @@ def _stage_card(report, i, s) -> _Markup:
     p = _ptr("pages", "denoiser", "stages", i, "blocks") + "/*/params"
     prov, dev = _stage_prov(blocks)
     per = {b["params"] for b in blocks}
-    return _el("div", {"class_": "card stage", "data-stage": s["id"]},
-               _el("div", {"class_": "ctitle"}, _bi(s["label_en"], s["label_zh"])),
-               _el("div", {"class_": "mult"}, "×", _num(s["count"], "count", _ptr("pages", "denoiser", "stages", i, "count"))),
-               _el("div", {"class_": "mono small"}, ", ".join(classes)),
+    return _el("div", {"class_": "card stage" + (" side" if side else ""), "data-stage": s["id"]},
+               _el("div", {"class_": "stagehead"},
+                   _el("span", {"class_": "ctitle"}, _bi(s["label_en"], s["label_zh"])),
+                   _el("span", {"class_": "mult"}, "×", _num(s["count"], "count", _ptr("pages", "denoiser", "stages", i, "count")))),
+               _el("div", {"class_": "mono small cls"}, ", ".join(classes)),
                _el("div", {"class_": "kv"}, _bi("params ", "参数 "),
                    _num(sum(b["params"] for b in blocks), "params", None, sum_of=p),
                    _el("span", {"class_": "muted"}, " (", _bi("each ", "每块 "),
@@ -1047,41 +1094,43 @@ def _stage_card(report, i, s) -> _Markup:
 
 
 def _figchips(report, names) -> _Markup:
-    return _el("div", {"class_": "chips"}, [_el("div", {"class_": "chip"}, _fig(report, n)) for n in names])
+    return _el("div", {"class_": "chips"}, [_el("div", {"class_": "chip"}, _fig(report, n, cls="stack")) for n in names])
 
 
 def _page3(report, meta) -> _Markup:
     den = report["pages"]["denoiser"]
     stages = den["stages"]
-    main = [(i, s) for i, s in enumerate(stages) if not s.get("feeds")]
-    side = [(i, s) for i, s in enumerate(stages) if s.get("feeds")]
-    strip = [_el("div", {"class_": "card io"}, _el("div", {"class_": "ctitle"}, _bi("Inputs", "输入")),
+    feeds = _feeds(stages)
+    main = [(i, s) for i, s in enumerate(stages) if s["id"] not in feeds]
+    side = [(i, s) for i, s in enumerate(stages) if s["id"] in feeds]
+    strip = [_el("div", {"class_": "card io in"}, _el("div", {"class_": "ctitle"}, _bi("Inputs", "输入")),
                  _figchips(report, den["inputs"]))]
     for i, s in main:
-        strip += [_el("div", {"class_": "bigarrow"}, "→"), _stage_card(report, i, s)]
+        col = [_stage_card(report, i, s)]
+        for j, b in side:
+            if feeds[b["id"]] == s["id"]:
+                col += [_el("div", {"class_": "inject"}, "↑ ", _bi(f"residuals into {s['label_en']}",
+                                                                   f"残差注入 {s['label_zh']}")),
+                        _stage_card(report, j, b, side=True)]
+        strip += [_el("div", {"class_": "bigarrow"}, "→"), _el("div", {"class_": "stagecol"}, col)]
     strip += [_el("div", {"class_": "bigarrow"}, "→"),
-              _el("div", {"class_": "card io"}, _el("div", {"class_": "ctitle"}, _bi("Outputs", "输出")),
+              _el("div", {"class_": "card io out"}, _el("div", {"class_": "ctitle"}, _bi("Outputs", "输出")),
                   _figchips(report, den["outputs"]))]
-    side_row = []
-    label = {s["id"]: s for s in stages}
-    for i, s in side:
-        t = label[s["feeds"]]
-        side_row.append(_el("div", {"class_": "siderow"}, _stage_card(report, i, s),
-                            _el("div", {"class_": "inject"}, "↗ ",
-                                _bi(f"residuals into {t['label_en']}", f"残差注入 {t['label_zh']}"))))
     tables = [_stage_table(report, i, s) for i, s in enumerate(stages)]
-    return _page(report, 3, meta, [_el("div", {"class_": "strip"}, strip), side_row, tables])
+    return _page(report, 3, meta, [_el("div", {"class_": "strip"}, strip), tables])
 
 
 def _stage_table(report, i, s) -> _Markup:
     blocks = s["blocks"]
     base = ("pages", "denoiser", "stages", i, "blocks")
+    classes = sorted({b["class"] for b in blocks})
+    one_class = len(classes) == 1  # then the class is named once, in the summary
     rows = []
     for j, b in enumerate(blocks):
         rows.append(_el("tr", {"data-block": b["name"]},
                         _el("td", {"class_": "idx"}, str(j)),
                         _el("td", {"class_": "mono"}, b["name"]),
-                        _el("td", {"class_": "mono cls"}, b["class"]),
+                        None if one_class else _el("td", {"class_": "mono cls"}, b["class"]),
                         _el("td", {"class_": "mono shp"}, b["inputs"]),
                         _el("td", {"class_": "mono shp"}, b["outputs"]),
                         _el("td", {"class_": "r"}, _num(b["params"], "params", _ptr(*base, j, "params"))),
@@ -1096,25 +1145,28 @@ def _stage_table(report, i, s) -> _Markup:
             return "—"
         return _num(sum(vals), unit, None, sum_of=_ptr(*base) + f"/*/{key}")
     foot = _el("tr", {"class_": "total"},
-               _el("td", {"colspan": "5"}, _bi(f"Total ({len(blocks)} blocks)", f"合计（{len(blocks)} 块）")),
+               _el("td", {"colspan": "4" if one_class else "5"}, _bi(f"Total ({len(blocks)} blocks)", f"合计（{len(blocks)} 块）")),
                _el("td", {"class_": "r"}, total("params", "params")),
                _el("td", {"class_": "r"}, total("flops", "flop")),
                _el("td", {"class_": "r"}, total("hits", "count")),
                _el("td", {"class_": "r"}, total("wall_s", "s")),
                _el("td", None, ""))
-    head = _el("tr", None, *[_el("th", {"class_": c} if c else None, _bi(en, zh)) for en, zh, c in [
-        ("#", "#", ""), ("block", "block", ""), ("class", "类", ""), ("inputs", "输入", ""),
-        ("outputs", "输出", ""), ("params", "参数", "r"), ("FLOPs", "FLOPs", "r"), ("hits", "执行次数", "r"),
-        ("wall", "耗时", "r"), ("provenance", "来源", "")]])
-    prov, dev = _stage_prov(blocks)
+    cols = [("#", "#", "r", "c-idx"), ("block", "block", "", "c-name")]
+    cols += [] if one_class else [("class", "类", "", "c-cls")]
+    cols += [("inputs", "输入", "", "c-in"), ("outputs", "输出", "", "c-out"), ("params", "参数", "r", "c-num"),
+             ("FLOPs", "FLOPs", "r", "c-flop"), ("hits", "执行次数", "r", "c-hits"), ("wall", "耗时", "r", "c-wall"),
+             ("provenance", "来源", "", "c-bdg")]
+    head = _el("tr", None, *[_el("th", {"class_": c or None}, _bi(en, zh)) for en, zh, c, _ in cols])
+    colgroup = _el("colgroup", None, *[_el("col", {"class_": cc}) for *_, cc in cols])
     summary = _el("summary", None, _el("span", {"class_": "stitle"}, _bi(s["label_en"], s["label_zh"])),
                   _el("span", {"class_": "scount"}, f" ×{s['count']}"),
+                  _el("span", {"class_": "mono scls"}, " · ", ", ".join(classes)) if one_class else None,
                   _el("span", {"class_": "muted"}, " · ", _bi("params ", "参数 "), total("params", "params"),
                       " · FLOPs ", total("flops", "flop")))
     return _el("details", {"class_": "stage-table", "open": True, "data-stage": s["id"]},
                summary,
                _el("div", {"class_": "scroll"},
-                   _el("table", {"class_": "grid blocks"}, _el("thead", None, head), _el("tbody", None, rows),
+                   _el("table", {"class_": "grid blocks"}, colgroup, _el("thead", None, head), _el("tbody", None, rows),
                        _el("tfoot", None, foot))))
 
 
@@ -1147,6 +1199,9 @@ def _group_of(row) -> str:
     return "other"
 
 
+_MOD_COLS = _Markup('<colgroup><col class="c-mod"><col class="c-cls"><col><col class="c-par"><col class="c-bdg"></colgroup>')
+
+
 def _page4(report, meta) -> _Markup:
     micro = report["pages"]["micro"]
     groups: dict[str, list] = {}
@@ -1167,17 +1222,36 @@ def _page4(report, meta) -> _Markup:
         steps.append(_el("div", {"class_": f"step g-{key}", "data-group": key},
                          _el("div", {"class_": "steph"}, _el("span", {"class_": "stepname"}, _bi(ten, tzh)),
                              _el("span", {"class_": "muted small"}, _bi(den, dzh)) if den else None),
-                         _el("table", {"class_": "grid compact"}, _el("tbody", None, trs)) if trs else
+                         _el("table", {"class_": "grid compact mods"}, _MOD_COLS, _el("tbody", None, trs)) if trs else
                          _el("p", {"class_": "muted small"}, _bi("no module of its own (tensor adds inside the block's forward)",
                                                                  "无独立模块（block forward 内的张量相加）"))))
         steps.append(_el("div", {"class_": "down"}, "↓"))
     steps = steps[:-1]
     stages = report["pages"]["denoiser"]["stages"]
+    feeds = _feeds(stages)
     block_stage = next((s for s in stages for b in s["blocks"] if b["name"] == micro["block_name"]), None)
-    right = [_h3("Condition path", "条件路径"), _assembly(report)]
+    right = [_h3("Condition path", "条件路径"), _assembly(report, vertical=True)]
+    if block_stage is not None:
+        si = stages.index(block_stage)
+        bj, blk = next((j, b) for j, b in enumerate(block_stage["blocks"]) if b["name"] == micro["block_name"])
+        bp = ("pages", "denoiser", "stages", si, "blocks", bj)
+        right.insert(0, _el("div", {"class_": "card blocksum"},
+                            _el("div", {"class_": "ctitle"}, _bi("This block", "本 block"), " ",
+                                _el("span", {"class_": "mono"}, blk["name"])),
+                            _el("dl", None,
+                                _el("dt", None, _bi("class", "类")), _el("dd", {"class_": "mono"}, blk["class"]),
+                                _el("dt", None, _bi("stage", "阶段")), _el("dd", None, _bi(block_stage["label_en"], block_stage["label_zh"]),
+                                                                           f" (×{block_stage['count']})"),
+                                _el("dt", None, _bi("inputs", "输入")), _el("dd", {"class_": "mono"}, blk["inputs"]),
+                                _el("dt", None, _bi("outputs", "输出")), _el("dd", {"class_": "mono"}, blk["outputs"]),
+                                _el("dt", None, _bi("params", "参数")), _el("dd", None, _num(blk["params"], "params", _ptr(*bp, "params"))),
+                                _el("dt", None, "FLOPs"), _el("dd", None, _num(blk["flops"], "flop", _ptr(*bp, "flops"))),
+                                _el("dt", None, _bi("hits", "执行次数")), _el("dd", None, _num(blk["hits"], "count", _ptr(*bp, "hits")))),
+                            _badge(blk["provenance"], blk["device"], small=True)))
+        right.insert(0, _h3("Block summary", "Block 概要"))
     for i, s in enumerate(stages):
-        if s.get("feeds"):
-            t = next(x for x in stages if x["id"] == s["feeds"])
+        if s["id"] in feeds:
+            t = next(x for x in stages if x["id"] == feeds[s["id"]])
             right.append(_el("div", {"class_": "card inj"},
                              _el("div", {"class_": "ctitle"}, _bi(s["label_en"], s["label_zh"]), f" ×{s['count']}"),
                              _el("div", {"class_": "small"}, "↓ ", _bi(f"per-layer residual → {t['label_en']} ×{t['count']}",
@@ -1198,8 +1272,13 @@ def _ladder(values, path_base, prov, *, reverse=False) -> _Markup:
     for k, j in enumerate(idx):
         if k:
             out.append(_el("span", {"class_": "lad-arrow"}, "→"))
-        out.append(_el("span", {"class_": "lad"}, _num(values[j], "count", _ptr(*path_base, j))))
+        out.append(_el("span", {"class_": "lad"}, _num(values[j], "", _ptr(*path_base, j))))
     return _el("div", {"class_": "ladder"}, out, _badge(prov, "", "block_out_channels from the VAE config", small=True))
+
+
+# without encode_input_figure / decode_input_figure: the first of these figures the report has
+_ENC_IN = ("masked_image", "source_image")
+_DEC_IN = ("latent.unpacked", "latent")
 
 
 def _page5(report, meta) -> _Markup:
@@ -1207,8 +1286,9 @@ def _page5(report, meta) -> _Markup:
     lad = vae["channel_ladder"]
     lp = ("pages", "vae", "channel_ladder")
     prov = vae["ladder_provenance"]
-    enc_in = vae.get("encode_input_figure")
-    dec_in = vae.get("decode_input_figure")
+    figs = report["figures"]
+    enc_in = vae.get("encode_input_figure") or next((n for n in _ENC_IN if n in figs), None)
+    dec_in = vae.get("decode_input_figure") or next((n for n in _DEC_IN if n in figs), None)
     row1 = [_el("div", {"class_": "card io"}, _el("div", {"class_": "ctitle"}, _bi("Source / reference image", "源图 / 参考图")),
                 _fig(report, enc_in, label=False) if enc_in else None),
             _el("div", {"class_": "bigarrow"}, "→"),
@@ -1228,7 +1308,7 @@ def _page5(report, meta) -> _Markup:
             _el("div", {"class_": "card io"}, _el("div", {"class_": "ctitle"}, _bi("Pixel output", "像素输出")),
                 _fig(report, vae["decode_figure"]))]
     latent = _el("div", {"class_": "latentch"}, _bi("latent channels ", "latent 通道数 "),
-                 _num(vae["latent_channels"], "count", _ptr("pages", "vae", "latent_channels")),
+                 _num(vae["latent_channels"], "", _ptr("pages", "vae", "latent_channels")),
                  _badge(prov, "", "latent_channels from the VAE config", small=True))
     return _page(report, 5, meta, [
         _h3("VAE boundary", "VAE 边界"),
@@ -1273,25 +1353,42 @@ def _evidence(report) -> _Markup:
             comp_rows.append(_el("tr", None, _el("td", {"class_": "mono"}, name),
                                  _el("td", {"class_": "r"}, _num(v, "params", _ptr("evidence", "params", "per_component", name)))))
     heads = [_bi("component", "组件")] + ([k for k in sub_keys] if sub_keys else [_bi("params", "参数")])
+    used = None
+    if _is_int(par.get("unique_used")):  # optional: what the pipeline computes with
+        used = _el("span", {"class_": "evpair", "data-ev": "params.unique_used"},
+                   _num(par["unique_used"], "params", _ptr("evidence", "params", "unique_used"), cls="big"),
+                   _el("span", {"class_": "evk"}, _bi("used", "实际使用")))
     cards.append(_evcard(
         _bi("Parameters", "实例化参数合计"),
         [_el("span", {"class_": "evpair", "data-ev": "params.unique"}, _num(par["unique"], "params", _ptr("evidence", "params", "unique"), cls="big"),
              _el("span", {"class_": "evk"}, _bi("unique", "去重"))),
          _el("span", {"class_": "evpair", "data-ev": "params.tie_counted"}, _num(par["tie_counted"], "params", _ptr("evidence", "params", "tie_counted"), cls="big"),
-             _el("span", {"class_": "evk"}, _bi("tie-counted", "共享权重重复计数")))],
+             _el("span", {"class_": "evk"}, _bi("tie-counted", "共享权重重复计数"))), used],
         _badge(par["provenance"], par["device"]),
         [_el("span", None, _el("b", None, _bi("unique: ", "去重：")), par["convention_unique"]),
-         _el("span", None, _el("b", None, _bi("tie-counted: ", "重复计数：")), par["convention_tie_counted"])],
+         _el("span", None, _el("b", None, _bi("tie-counted: ", "重复计数：")), par["convention_tie_counted"]),
+         _el("span", None, _el("b", None, _bi("used: ", "实际使用：")), par["convention_unique_used"])
+         if used and isinstance(par.get("convention_unique_used"), str) else None],
         _component_table(comp_rows, heads) if comp_rows else None, cls="wide"))
     # peak memory
     pm = ev["peak_memory"]
-    pm_dev = pm.get("device", run["device"] if pm["provenance"] == "measured" else "")
-    pm_title = (("Peak CUDA memory allocated", "峰值 CUDA allocated") if pm["provenance"] == "measured" and pm_dev == "cuda"
-                else ("Peak memory", "峰值显存"))
-    cards.append(_evcard(_bi(*pm_title),
-                         _el("span", {"class_": "evpair", "data-ev": "peak_memory.bytes"},
-                             _num(pm["bytes"], "bytes", _ptr("evidence", "peak_memory", "bytes"), cls="big")),
-                         _badge(pm["provenance"], pm_dev), [pm["method"]]))
+    if pm is None:
+        cards.append(_evcard(_bi("Peak memory", "峰值显存"),
+                             _el("span", {"class_": "evpair notrun", "data-ev": "peak_memory"}, _bi("not measured", "未测量")),
+                             None, [_bi("Memory was not measured or estimated for this report.", "本报告未测量或估算显存。")]))
+    else:
+        pm_dev = pm.get("device", run["device"] if pm["provenance"] == "measured" else "")
+        pm_title = (("Peak CUDA memory allocated", "峰值 CUDA allocated") if pm["provenance"] == "measured" and pm_dev == "cuda"
+                    else ("Peak memory", "峰值显存"))
+        parts = pm.get("parts")
+        prow = [_el("tr", None, _el("td", {"class_": "mono"}, k),
+                    _el("td", {"class_": "r"}, _num(v, "bytes", _ptr("evidence", "peak_memory", "parts", k))))
+                for k, v in parts.items() if _is_num(v)] if isinstance(parts, dict) else []
+        cards.append(_evcard(_bi(*pm_title),
+                             _el("span", {"class_": "evpair", "data-ev": "peak_memory.bytes"},
+                                 _num(pm["bytes"], "bytes", _ptr("evidence", "peak_memory", "bytes"), cls="big")),
+                             _badge(pm["provenance"], pm_dev), [pm["method"]],
+                             _component_table(prow, [_bi("part", "组成"), _bi("bytes", "字节")]) if prow else None))
     # flops
     fl = ev["flops"]
     cards.append(_evcard(_bi("FLOPs per denoiser step", "每个去噪步 FLOPs"),
@@ -1323,22 +1420,29 @@ def _evidence(report) -> _Markup:
             _el("span", {"class_": "evpair", "data-ev": "line"},
                 _num(line["rows"], "count", _ptr("evidence", "line", "rows"), cls="big"), _el("span", {"class_": "evk"}, " rows / "),
                 _num(line["hits"], "count", _ptr("evidence", "line", "hits"), cls="big"), _el("span", {"class_": "evk"}, " hits"),
-                _el("span", {"class_": "pytracer"}, " · Python ", _el("span", {"class_": "mono"}, line["python"]), " · ",
-                    _el("span", {"class_": "mono"}, line["tracer"]))),
+                _el("span", {"class_": "pytracer"}, "Python ", _el("span", {"class_": "mono", "data-ev": "line.python"}, line["python"]),
+                    " · ", _el("span", {"class_": "mono", "data-ev": "line.tracer"}, line["tracer"]))),
             _badge(line["provenance"], line["device"]), [line["definition"]]))
     # run boundary
     kv = [
-        (("Size", "尺寸"), [_num(run["width"], "count", _ptr("run", "width")), " × ", _num(run["height"], "count", _ptr("run", "height"))]),
-        (("Batch", "batch"), _num(run["batch"], "count", _ptr("run", "batch"))),
+        (("Size (W × H)", "尺寸（宽 × 高）"), [_num(run["width"], "", _ptr("run", "width")), " × ",
+                                              _num(run["height"], "", _ptr("run", "height"))]),
+        (("Batch", "batch"), _num(run["batch"], "", _ptr("run", "batch"))),
         (("dtype", "dtype"), _el("span", {"class_": "mono"}, run["dtype"])),
-        (("Device", "设备"), [_el("span", {"class_": "mono"}, run["device"]), " · ", run["device_name"]]),
+        (("Device", "设备"), [_el("span", {"class_": "mono"}, run["device"]),
+                              [" · ", run["device_name"]] if run["device_name"] != run["device"] else None]),
         (("Weights", "权重"), run["weights"]),
-        (("Denoiser steps traced", "追踪去噪步数"), _num(run["steps_traced"], "count", _ptr("run", "steps_traced"))),
+        (("Denoiser steps traced", "追踪去噪步数"), _num(run["steps_traced"], "", _ptr("run", "steps_traced"))),
         (("Versions", "版本"), _el("span", {"class_": "mono"}, f"Python {run['python']} · torch {run['torch']} · "
                                     f"diffusers {run['diffusers']} · transformers {run['transformers']}")),
         (("Created", "生成时间"), _el("span", {"class_": "mono"}, run["created"])),
     ]
-    cards.append(_el("div", {"class_": "card ev runb"},
+    if _is_num(run.get("wall_s")):  # optional run keys
+        kv.insert(6, (("Traced run wall time", "追踪运行耗时"), _num(run["wall_s"], "s", _ptr("run", "wall_s"))))
+    for key, label in (("prompt", ("Prompt", "提示词")), ("negative_prompt", ("Negative prompt", "反向提示词"))):
+        if isinstance(run.get(key), str):
+            kv.append((label, _el("span", {"class_": "prompt", "data-run": key}, run[key] or "∅")))
+    cards.append(_el("div", {"class_": "card ev runb wide3"},
                      _el("div", {"class_": "evtitle"}, _bi("Run boundary", "运行边界")),
                      _el("dl", None, [[_el("dt", None, _bi(*k)), _el("dd", None, v)] for k, v in kv]),
                      _el("p", {"class_": "evnote"}, _bi("Structure and shape evidence; says nothing about generation quality.",
@@ -1353,7 +1457,7 @@ def _figure_registry(report) -> _Markup:
                         _el("td", None, _bi(f["label_en"], f["label_zh"])),
                         _el("td", None, _fig(report, name, label=False)),
                         _el("td", {"class_": "method"}, f["method"])))
-    return _el("details", {"class_": "registry"},
+    return _el("details", {"class_": "registry", "open": True},
                _el("summary", None, _bi(f"Every figure in this report ({len(rows)})", f"本报告全部数值（{len(rows)}）")),
                _el("table", {"class_": "grid compact"},
                    _el("thead", None, _el("tr", None, _el("th", None, _bi("figure", "名称")), _el("th", None, _bi("label", "说明")),
@@ -1569,12 +1673,12 @@ svg.macro .k-input .nstripe{fill:#8a94a3} svg.macro .k-encoder .nstripe{fill:#6f
 svg.macro .k-assembly .nstripe{fill:#d08a1c} svg.macro .k-denoiser .nstripe{fill:#2e5bd1}
 svg.macro .k-vae .nstripe{fill:#1c9a8a} svg.macro .k-output .nstripe{fill:#3b7a3b}
 svg.macro .k-denoiser .nbox{fill:#f1f5ff;stroke:#9fb4ea}
-svg.macro .ntitle{font-size:13px;font-weight:650;fill:var(--ink)}
-svg.macro .ndetail{font-size:11px;fill:var(--muted)}
+svg.macro .ntitle{font-size:12.5px;font-weight:650;fill:var(--ink)}
+svg.macro .ndetail{font-size:10.5px;fill:var(--muted)}
 svg.macro .edge{fill:none;stroke:#8a96a6;stroke-width:1.4}
 svg.macro .arrowhead{fill:#8a96a6}
 svg.macro .elabel rect{fill:#fff;stroke-width:1.2}
-svg.macro .elabel text{font-family:var(--mono);font-size:11px}
+svg.macro .elabel text{font-family:var(--mono);font-size:10.5px}
 svg.macro .e-cuda rect{stroke:var(--cuda);fill:var(--cuda-bg)} svg.macro .e-cuda text{fill:var(--cuda)}
 svg.macro .e-host rect{stroke:var(--host);fill:var(--host-bg)} svg.macro .e-host text{fill:var(--host)}
 svg.macro .e-est rect{stroke:var(--est);fill:var(--est-bg)} svg.macro .e-est text{fill:var(--est)}
@@ -1590,7 +1694,10 @@ white-space:nowrap;border:1px solid transparent;vertical-align:middle;line-heigh
 .b-mixed{color:#6b3fa0;background:#f1e9fb;border-color:#dac8f1}
 .fig{display:inline-flex;align-items:center;gap:6px;flex-wrap:wrap}
 .fig-label{color:var(--muted);font-size:12px}
+.fig-val{display:inline-flex;align-items:center;gap:6px;white-space:nowrap}
 .fig .num{font-weight:600}
+.fig.stack{display:flex;flex-direction:column;align-items:flex-start;gap:2px}
+.fig.stack .fig-label{font-size:11.5px;line-height:1.3}
 .legend{display:flex;gap:8px;align-items:center;flex-wrap:wrap;margin:10px 2px;font-size:12px}
 .lg-title{font-weight:600;color:var(--muted)} .lg-note{color:var(--muted)}
 table.grid{border-collapse:collapse;width:100%;background:var(--panel);font-size:12.5px}
@@ -1600,14 +1707,21 @@ table.grid td{border-bottom:1px solid var(--soft);padding:4px 8px;vertical-align
 table.grid .r{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 table.grid td.shp{font-size:11px;color:#334155;word-break:break-word}
 table.grid td.cls{color:#4b3ca8}
-table.grid td.idx{color:var(--muted);width:28px;text-align:right}
+table.grid td.idx{color:var(--muted);text-align:right}
+table.blocks{table-layout:fixed}
+table.blocks col.c-idx{width:34px} table.blocks col.c-name{width:205px} table.blocks col.c-cls{width:190px}
+table.blocks col.c-out{width:22%} table.blocks col.c-num{width:84px} table.blocks col.c-flop{width:100px}
+table.blocks col.c-hits{width:50px} table.blocks col.c-wall{width:66px} table.blocks col.c-bdg{width:142px}
+table.blocks td{overflow-wrap:anywhere}
+.scls{color:#4b3ca8;font-weight:500;font-size:12px}
 table.grid td.arrow{color:var(--muted);width:16px}
 table.grid td.method{color:var(--muted);font-size:11.5px}
+table.grid .fig{flex-wrap:nowrap}
 table.grid tr.total td{font-weight:650;border-top:2px solid var(--line);background:#fafbfc}
 details{background:var(--panel);border:1px solid var(--line);border-radius:10px;margin:12px 0;overflow:hidden}
 details>summary{cursor:pointer;padding:8px 12px;font-weight:600;background:#fafbfc;border-bottom:1px solid var(--line);list-style-position:inside}
 details:not([open])>summary{border-bottom:0}
-details .scroll{max-height:300px;overflow:auto}
+details .scroll{max-height:420px;overflow:auto}
 .stitle{font-weight:650} .scount{color:var(--accent);font-weight:700}
 .condflow{display:grid;grid-template-columns:minmax(260px,1.25fr) 36px minmax(220px,1fr) 36px minmax(180px,.8fr);align-items:center;gap:6px}
 .branches{display:flex;flex-direction:column;gap:8px}
@@ -1621,18 +1735,22 @@ details .scroll{max-height:300px;overflow:auto}
 .asmrow .op{font-size:18px;color:#9aa5b3;font-weight:600}
 .card.part{background:#fafbfc}
 .card.result{border-color:#9fb4ea;background:#f1f5ff}
-.strip{display:flex;align-items:stretch;gap:8px;flex-wrap:nowrap;overflow-x:auto}
+.strip{display:flex;align-items:stretch;gap:8px}
 .strip .bigarrow{align-self:center}
-.strip .card{min-width:150px}
-.card.stage{border-color:#9fb4ea;background:#f6f8ff;flex:1 1 0}
-.card.stage .mult{font-size:20px;font-weight:700;color:var(--accent)}
-.card.stage .kv{font-size:12.5px;margin:3px 0}
-.card.io{flex:0 1 auto}
-.chips{display:flex;flex-direction:column;gap:4px}
-.chip .fig{gap:4px}
-.siderow{display:flex;align-items:center;gap:10px;margin-top:8px}
-.siderow .card{max-width:420px}
-.inject{color:var(--accent);font-weight:600;font-size:13px}
+.card.io.in{flex:0 1 430px;min-width:0}
+.card.io.out{flex:0 1 230px;min-width:0}
+.stagecol{flex:1 1 0;display:flex;flex-direction:column;gap:4px;min-width:0}
+.card.stage{border-color:#9fb4ea;background:#f6f8ff;flex:1 1 auto}
+.card.stage.side{border-color:#c9bdf0;background:#f8f6ff}
+.stagehead{display:flex;justify-content:space-between;align-items:baseline;gap:8px}
+.card.stage .mult{font-size:24px;font-weight:700;color:var(--accent);line-height:1.1}
+.card.stage.side .mult{color:#6b4fcf}
+.card.stage .cls{color:#4b3ca8;margin:2px 0 4px}
+.card.stage .kv{font-size:12.5px;margin:3px 0 6px}
+.chips{display:grid;grid-template-columns:1fr;gap:6px}
+.card.io.in .chips{grid-template-columns:repeat(auto-fill,minmax(185px,1fr))}
+.chips .fig-val{white-space:normal;flex-wrap:wrap}
+.inject{color:#6b4fcf;font-weight:600;font-size:12.5px;text-align:center}
 .two{display:grid;grid-template-columns:minmax(0,1.55fr) minmax(0,1fr);gap:18px;align-items:start}
 .steps{display:flex;flex-direction:column;gap:0}
 .step{background:var(--panel);border:1px solid var(--line);border-left:4px solid #8d99a8;border-radius:9px;padding:8px 10px}
@@ -1641,10 +1759,18 @@ details .scroll{max-height:300px;overflow:auto}
 .steph{display:flex;gap:10px;align-items:baseline;flex-wrap:wrap;margin-bottom:4px}
 .stepname{font-weight:650}
 .step table.grid{font-size:12px}
+table.mods{table-layout:fixed}
+table.mods col.c-mod{width:150px} table.mods col.c-cls{width:124px} table.mods col.c-par{width:70px} table.mods col.c-bdg{width:134px}
+table.mods td{overflow-wrap:anywhere}
 .step table.grid td{padding:3px 6px}
 .to{color:var(--muted)}
 .down{text-align:center;color:#9aa5b3;font-size:16px;line-height:18px}
-.card.inj{margin-top:10px;border-color:#9fb4ea;background:#f6f8ff}
+.card.inj{margin-top:10px;border-color:#c9bdf0;background:#f8f6ff}
+.assembly.vertical .asmrow{flex-direction:column;align-items:stretch;gap:4px}
+.assembly.vertical .op{text-align:center;line-height:1}
+.card.blocksum dl{display:grid;grid-template-columns:auto 1fr;gap:3px 12px;margin:6px 0 8px;font-size:12.5px}
+.card.blocksum dt{color:var(--muted)} .card.blocksum dd{margin:0;overflow-wrap:anywhere}
+.card.blocksum dd.mono{font-size:11.5px}
 .vaeflow{display:flex;flex-direction:column;gap:10px}
 .vrow{display:grid;grid-template-columns:minmax(0,1fr) 30px minmax(0,1.25fr) 30px minmax(0,1fr);align-items:center;gap:6px}
 .card.vae{border-color:#9ed6cd;background:#f0faf8}
@@ -1654,21 +1780,25 @@ details .scroll{max-height:300px;overflow:auto}
 .latentch{font-size:12.5px;display:flex;gap:6px;align-items:center}
 .evgrid{display:grid;grid-template-columns:repeat(3,minmax(0,1fr));gap:10px}
 .card.ev.wide{grid-row:span 2}
+.card.ev.wide3{grid-column:1 / -1}
 .evtitle{font-size:12px;text-transform:uppercase;letter-spacing:.05em;color:var(--muted);font-weight:650}
 .evval{display:flex;align-items:center;gap:10px;flex-wrap:wrap;margin:4px 0}
 .evpair{display:inline-flex;align-items:baseline;gap:4px;flex-wrap:wrap}
 .num.big{font-size:20px;font-weight:700;font-variant-numeric:tabular-nums}
 .evk{color:var(--muted);font-size:12px}
-.pytracer{color:var(--muted);font-size:12.5px}
+.pytracer{display:inline-block;background:var(--soft);border:1px solid var(--line);border-radius:6px;padding:0 7px;
+color:#334155;font-size:12px;margin-left:6px;white-space:nowrap}
 .evnote{margin:4px 0 0;color:var(--muted);font-size:12px}
 table.comp{margin-top:8px}
-.card.runb dl{display:grid;grid-template-columns:auto 1fr;gap:2px 10px;margin:6px 0 0;font-size:12.5px}
+.card.runb dl{display:grid;grid-template-columns:auto 1fr auto 1fr;gap:3px 14px;margin:6px 0 0;font-size:12.5px}
 .card.runb dt{color:var(--muted)} .card.runb dd{margin:0;word-break:break-word}
 .notrun{color:var(--muted);font-weight:600}
 .pfoot{margin-top:16px;border-top:1px solid var(--line);padding-top:8px}
 .runline{display:flex;gap:10px;align-items:center;flex-wrap:wrap;font-size:12px;color:var(--muted)}
 .runline .runtext{font-family:var(--mono);color:#334155}
-@media (max-width:1000px){.two,.evgrid{grid-template-columns:1fr}.condflow,.vrow{grid-template-columns:1fr}.bigarrow{transform:rotate(90deg)}}
+@media (max-width:1000px){.two,.evgrid{grid-template-columns:1fr}.condflow,.vrow{grid-template-columns:1fr}
+.strip{flex-direction:column}.card.io.in,.card.io.out{flex:none}.bigarrow{transform:rotate(90deg)}
+.card.runb dl{grid-template-columns:auto 1fr}}
 @media print{
  html{background:#fff;font-size:11px}
  .pager,.tools,.banner{display:none!important}
