@@ -115,12 +115,13 @@ def tokenize(tokenizer, prompt: str, max_length: int):
     ).input_ids
 
 
-def encode_clip(comp: Component, prompt: str) -> ClipOutput:
-    """CLIP-L or CLIP-G: 77 tokens -> last hidden, penultimate hidden, pooled and (with a projection) text_embeds."""
+def encode_clip(comp: Component, prompt: str, project: bool = True) -> ClipOutput:
+    """CLIP-L or CLIP-G: 77 tokens -> last hidden, penultimate hidden, pooled and (with a projection, unless
+    project=False: FLUX never uses it) text_embeds."""
     import torch
 
     ids = tokenize(comp.tokenizer, prompt, CLIP_MAX_LENGTH)
-    projection = getattr(comp.model, "text_projection", None)
+    projection = getattr(comp.model, "text_projection", None) if project else None
     with torch.inference_mode():
         out = clip_text_model(comp.model)(ids.to(comp.device), output_hidden_states=True)
         embeds = projection(out.pooler_output) if projection is not None else None

@@ -118,13 +118,13 @@ def _block_rows(tracer, component: str, pattern: str, model) -> list[dict]:
     return rows
 
 
-def _micro_rows(tracer, component: str, block: str, model) -> list[dict]:
+def _micro_rows(tracer, component: str, block: str, model, device: str) -> list[dict]:
     out = []
     for row in tracer.rows:
         if row["component"] == component and row["module"].startswith(block + ".") and row["module"].count(".") <= block.count(".") + 2:
             params = sum(p.numel() for p in model.get_submodule(row["module"]).parameters())
             out.append({"module": row["module"][len(block) + 1:], "class": row["class"], "inputs": row["inputs"],
-                        "outputs": row["outputs"], "params": params})
+                        "outputs": row["outputs"], "params": params, "provenance": "measured", "device": device})
     return out
 
 
@@ -174,9 +174,11 @@ def _params(stack: dict[str, Component], unused: dict[str, int], used_note: str)
 def _peak_memory(fn, device: str) -> dict:
     from .cost import estimate_peak_memory, measure_peak_cuda
 
-    if device == "cuda":
-        return measure_peak_cuda(fn)
-    return estimate_peak_memory(fn)
+    # cost.py words provenance as prose ("measured on CUDA", "estimated on meta (...)"); the report schema
+    # wants the category, with the prose as the method
+    raw = measure_peak_cuda(fn) if device == "cuda" else estimate_peak_memory(fn)
+    category = "measured" if raw["provenance"].startswith("measured") else "estimated"
+    return {**raw, "provenance": category, "device": device, "method": raw["provenance"]}
 
 
 def trace_flux_fill(stack: dict[str, Component], *, height=1024, width=1024, prompt="a red brick fireplace",
@@ -190,10 +192,11 @@ def trace_flux_fill(stack: dict[str, Component], *, height=1024, width=1024, pro
     prepared = masks.prepare_image_and_mask(image, mask)
     figs.tensor("source_image", prepared.image)
     models = {k: c.model for k, c in stack.items()}
+    models["clip_l"] = text.clip_text_model(stack["clip_l"].model)  # what FLUX runs: the pooled output, no projection
     mtracer, ltracer = _tracers(models, line_trace)
     t0 = time.perf_counter()
     with mtracer as mt, ltracer as lt:
-        clip = text.encode_clip(stack["clip_l"], prompt)
+        clip = text.encode_clip(stack["clip_l"], prompt, project=False)
         t5 = text.encode_t5(stack["t5"], prompt)
         for name, t in (("clip_l.input_ids", clip.input_ids), ("t5.input_ids", t5.input_ids),
                         ("clip_l.pooled", clip.pooled), ("t5.hidden", t5.hidden)):
@@ -286,7 +289,7 @@ def trace_flux_fill(stack: dict[str, Component], *, height=1024, width=1024, pro
             "denoiser": {"stages": stages, "inputs": ["transformer.input", "t5.hidden", "clip_l.pooled", "img_ids", "txt_ids"],
                          "outputs": ["transformer.output"]},
             "micro": {"block_name": "transformer_blocks.0",
-                      "rows": _micro_rows(mt, "transformer", "transformer_blocks.0", tr.model),
+                      "rows": _micro_rows(mt, "transformer", "transformer_blocks.0", tr.model, device),
                       "assembly": {"label_en": "Fill input assembly", "label_zh": "Fill 输入拼接",
                                    "parts": ["noisy_latents.packed", "fill_condition"], "result": "transformer.input",
                                    "rule_en": "cat on channels: noisy 64 + condition 320 (masked latents 64 + mask 256) = 384",
@@ -420,7 +423,7 @@ def trace_sd3_controlnet(stack: dict[str, Component], *, height=1024, width=1024
             "denoiser": {"stages": stages, "inputs": ["initial_noise", "joint_context", "pooled", "inpaint_condition"],
                          "outputs": ["transformer.output", "velocity.guided"]},
             "micro": {"block_name": "transformer_blocks.0",
-                      "rows": _micro_rows(mt, "transformer", "transformer_blocks.0", tr.model),
+                      "rows": _micro_rows(mt, "transformer", "transformer_blocks.0", tr.model, device),
                       "assembly": {"label_en": "ControlNet injection", "label_zh": "ControlNet 注入",
                                    "parts": ["masked_image_latents", "keep_mask.latent"], "result": "inpaint_condition",
                                    "rule_en": "cat 16 latent + 1 keep-mask channels = 17 -> ControlNet pos_embed_input; residual i (x control scale) is added after MMDiT block i",
