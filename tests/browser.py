@@ -1,0 +1,363 @@
+"""Drive ComfyUI's own frontend (the canvas) in headless chromium through playwright, for tests.
+
+    with ComfyPage(server.url) as cp:          # chromium at /usr/bin/chromium (env FILLSCOPE_CHROMIUM)
+        cp.load_workflow(json.load(open("workflows/x.json")))
+        assert not cp.missing_node_types() and not cp.open_dialogs()
+        pid = cp.queue()                        # the canvas' Queue: app.queuePrompt(0, 1)
+        cp.wait_history(pid)                    # GET /history/<pid> until finished
+        cp.wait_executed(pid)                   # the page got the websocket's execution_success
+        assert not cp.errors()                  # page errors + console errors + JS dialogs
+
+What it relies on in ComfyUI's frontend (1.32.x, `comfyui-frontend-package`):
+  - `window.comfyAPI.app.app` / `window.app` (the ComfyApp; scripts/app.js re-exports window.comfyAPI.app.app),
+    `app.graph` (the LGraph), `app.loadGraphData(workflow)`, `app.queuePrompt(number, batchCount)`
+    (graphToPrompt + POST /prompt; its boolean result is unusable: false even on success, since it returns
+    `!node_errors` and the server answers `node_errors: {}`; the POST /prompt response is read instead),
+    `app.graph.serialize()` (the UI-format workflow as saved);
+  - `window.comfyAPI.api.api` (scripts/api.js), an EventTarget with the websocket's events
+    (`execution_success`, `execution_error`, `executed`), detail.prompt_id;
+  - `window.LiteGraph.registered_node_types` (node types the canvas knows);
+  - the new-user check in GraphView: a user without the setting `Comfy.TutorialCompleted` gets the
+    Templates dialog; preset it with POST /settings/Comfy.TutorialCompleted before the page loads.
+No browser is ever downloaded: Debian's chromium is used (apt-get install chromium).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+
+def chromium_path() -> str | None:
+    """The chromium executable to use (env FILLSCOPE_CHROMIUM, else /usr/bin/chromium, else on PATH), or None."""
+    env = os.environ.get("FILLSCOPE_CHROMIUM")
+    if env:
+        return env if os.path.isfile(env) else None
+    for cand in ("/usr/bin/chromium", shutil.which("chromium"), shutil.which("chromium-browser")):
+        if cand and os.path.isfile(cand):
+            return cand
+    return None
+
+
+def playwright_available() -> bool:
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def http_json(url: str, body=None, timeout: float = 30.0):
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, method="GET" if body is None else "POST",
+                                 headers={"Content-Type": "application/json"} if body is not None else {})
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
+        raw = resp.read()
+    return json.loads(raw) if raw else None
+
+
+class BrowserError(RuntimeError):
+    pass
+
+
+# Settings preset for the page's user before it loads: no Templates dialog on first start, and nothing else that
+# pops up for a new user or reaches the internet.
+DEFAULT_SETTINGS = {
+    "Comfy.TutorialCompleted": True,  # else: the Templates dialog (GraphView's loadDefaultWorkflow)
+    "Comfy.Notification.ShowVersionUpdates": False,
+    "Comfy.Minimap.Visible": False,  # screenshots: the minimap covers the canvas' bottom right corner
+}
+
+# localStorage preset before any page script runs: the "Nodes 2.0" banner stays closed (TryVueNodeBanner).
+LOCAL_STORAGE = {"vueNodesBannerDismissed": "true"}
+
+
+def ignorable_console_error(text: str, url: str) -> bool:
+    """Console errors that are not the page's doing:
+    - failed loads of resources the offline test server does not have (user.css, favicon, empty userdata
+      listings, api.comfy.org registry look-ups); a failed load of an extension's file (/extensions/...) counts;
+    - frontend 1.32.9's own start-up TypeError: GraphView's useRenderModeSetting sets
+      LiteGraph.Canvas.MinFontSizeForLOD (vue 0 / litegraph 8) before that setting is registered, and the
+      setting store's onChange reads `.id` of the missing definition. It is logged on every page load, with
+      or without custom nodes, whatever the stored value (measured: presetting 0 or 8 does not avoid it)."""
+    if text.startswith("Failed to load resource"):
+        return "/extensions/" not in url
+    return (text.startswith("TypeError: Cannot read properties of undefined (reading 'id')")
+            and "at onChange (" in text and "at load (" in text and "/GraphView-" in text)
+
+
+class ComfyPage:
+    def __init__(self, url: str, *, viewport=(1600, 1000), settings: dict | None = None,
+                 executable: str | None = None, timeout_s: float = 60.0):
+        self.url = url.rstrip("/")
+        self.viewport = {"width": viewport[0], "height": viewport[1]}
+        self.settings = {**DEFAULT_SETTINGS, **(settings or {})}
+        self.executable = executable or chromium_path()
+        self.timeout_ms = int(timeout_s * 1000)
+        self.page_errors: list[str] = []
+        self.console_errors: list[str] = []
+        self.ignored_console_errors: list[str] = []  # see ignorable_console_error
+        self.http_errors: list[str] = []  # responses >= 400 from the pack's extension files
+        self.dialogs: list[str] = []  # JS alert/confirm/prompt dialogs (dismissed)
+        self._pw = None
+        self.browser = None
+        self.page = None
+
+    # ---- lifecycle ------------------------------------------------------------------------------
+    def __enter__(self) -> "ComfyPage":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def start(self) -> "ComfyPage":
+        from playwright.sync_api import sync_playwright
+
+        if not self.executable:
+            raise BrowserError("chromium not found (apt-get install chromium, or set FILLSCOPE_CHROMIUM)")
+        self.preset_settings(self.settings)
+        self._pw = sync_playwright().start()
+        try:
+            self.browser = self._pw.chromium.launch(executable_path=self.executable, args=CHROMIUM_ARGS)
+            self.page = self.browser.new_page(viewport=self.viewport)
+            self.page.add_init_script(
+                "(() => { const kv = %s; for (const k in kv) localStorage.setItem(k, kv[k]); })()"
+                % json.dumps(LOCAL_STORAGE)
+            )
+            self.page.set_default_timeout(self.timeout_ms)
+            self.page.on("pageerror", lambda e: self.page_errors.append(f"{e.name}: {e.message}\n{e.stack or ''}"))
+            self.page.on("console", self._on_console)
+            self.page.on("dialog", self._on_dialog)
+            self.page.on("response", self._on_response)
+            self.page.goto(self.url + "/", wait_until="domcontentloaded")
+            self.wait_ready()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def close(self) -> None:
+        for obj, meth in ((self.browser, "close"), (self._pw, "stop")):
+            if obj is not None:
+                try:
+                    getattr(obj, meth)()
+                except Exception:
+                    pass
+        self.browser = self._pw = self.page = None
+
+    def _on_console(self, msg) -> None:
+        if msg.type == "error":
+            loc = msg.location or {}
+            line = f"{msg.text} ({loc.get('url', '')}:{loc.get('lineNumber', '')})"
+            if ignorable_console_error(msg.text, loc.get("url", "")):
+                self.ignored_console_errors.append(line)
+            else:
+                self.console_errors.append(line)
+
+    def _on_response(self, response) -> None:
+        if response.status >= 400 and "/extensions/" in response.url:
+            self.http_errors.append(f"HTTP {response.status} {response.url}")
+
+    def _on_dialog(self, dialog) -> None:
+        self.dialogs.append(f"{dialog.type}: {dialog.message}")
+        try:
+            dialog.dismiss()
+        except Exception:
+            pass
+
+    def errors(self) -> list[str]:
+        """Everything that went wrong in the page so far: page errors, console errors, JS dialogs."""
+        return ([f"pageerror: {e}" for e in self.page_errors] + [f"console.error: {e}" for e in self.console_errors]
+                + [f"dialog: {d}" for d in self.dialogs] + self.http_errors)
+
+    # ---- server side ----------------------------------------------------------------------------
+    def preset_settings(self, settings: dict) -> None:
+        """POST /settings/<id> for each setting (the server's per-user settings file), before the page loads."""
+        for key, value in settings.items():
+            http_json(f"{self.url}/settings/{urllib.parse.quote(key, safe='')}", value)
+
+    def history(self, prompt_id: str) -> dict:
+        return http_json(f"{self.url}/history/{urllib.parse.quote(prompt_id, safe='')}").get(prompt_id, {})
+
+    def wait_history(self, prompt_id: str, timeout: float = 120.0, poll: float = 0.25) -> dict:
+        """GET /history/<prompt_id> until the prompt finished; its entry. BrowserError on an execution error."""
+        deadline = time.monotonic() + timeout
+        while True:
+            entry = self.history(prompt_id)
+            status = entry.get("status") or {}
+            if entry and (status.get("completed") or status.get("status_str") in ("success", "error")):
+                if status.get("status_str") == "error":
+                    raise BrowserError(f"prompt {prompt_id} failed: {json.dumps(status, indent=1)[:4000]}")
+                return entry
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"prompt {prompt_id} not in /history after {timeout:.0f}s")
+            time.sleep(poll)
+
+    def free_cache(self, settle_s: float = 1.0) -> None:
+        """POST /free {free_memory, unload_models}: the server drops its cached node outputs, so the next prompt
+        executes every node (a cached node whose consumer re-runs is not visited and sends no `executed`).
+        The server's worker applies the flag when it next wakes (at once when idle); `settle_s` lets it."""
+        http_json(f"{self.url}/free", {"free_memory": True, "unload_models": True})
+        time.sleep(settle_s)
+
+    # ---- page ---------------------------------------------------------------------------------
+    def wait_ready(self) -> None:
+        """Until the app is set up: window.app, app.graph, the canvas, the node definitions and the websocket
+        listeners installed by this helper."""
+        self.page.wait_for_function(
+            "() => window.app && window.app.graph && window.app.canvas && window.LiteGraph"
+            " && Object.keys(window.LiteGraph.registered_node_types || {}).length > 0"
+            " && window.comfyAPI && window.comfyAPI.api && window.comfyAPI.api.api"
+        )
+        self.page.evaluate(
+            """() => {
+              if (window.__fsTest) return;
+              window.__fsTest = {done: {}, executed: [], cached: {}};
+              const api = window.comfyAPI.api.api;
+              api.addEventListener('execution_success', e => { window.__fsTest.done[e.detail.prompt_id] = 'success'; });
+              api.addEventListener('execution_error', e => { window.__fsTest.done[e.detail.prompt_id] = 'error'; });
+              api.addEventListener('execution_cached', e => { window.__fsTest.cached[e.detail.prompt_id] = e.detail.nodes; });
+              api.addEventListener('executed', e => { window.__fsTest.executed.push(String(e.detail.display_node || e.detail.node)); });
+            }"""
+        )
+        self.dismiss_dialogs()
+
+    def open_dialogs(self) -> list[str]:
+        """Text of the app's visible (PrimeVue) dialogs, e.g. Templates or the missing-nodes warning."""
+        return self.page.evaluate(
+            """() => [...document.querySelectorAll('.p-dialog')]
+                   .filter(d => d.offsetParent !== null || d.getClientRects().length)
+                   .map(d => (d.innerText || '').trim().slice(0, 500))"""
+        )
+
+    def dismiss_dialogs(self, attempts: int = 3) -> None:
+        """Close the app's dialogs (Escape, then their close buttons)."""
+        for _ in range(attempts):
+            if not self.open_dialogs():
+                return
+            self.page.keyboard.press("Escape")
+            self.page.wait_for_timeout(200)
+            for btn in self.page.query_selector_all(".p-dialog .p-dialog-close-button"):
+                try:
+                    btn.click(timeout=1000)
+                except Exception:
+                    pass
+            self.page.wait_for_timeout(200)
+
+    def load_workflow(self, workflow: dict, settle_ms: int = 500) -> None:
+        """app.loadGraphData(workflow): a UI-format workflow onto the canvas. The app's warning dialogs (missing
+        nodes/models) are opened by loadGraphData itself; `settle_ms` lets them render before open_dialogs()."""
+        self.page.evaluate("async (wf) => { await window.app.loadGraphData(wf); }", workflow)
+        self.page.wait_for_timeout(settle_ms)
+
+    def wait_dialog(self, text: str, timeout: float = 10.0) -> None:
+        """Until an app dialog containing `text` is shown."""
+        self.page.wait_for_function(
+            "(t) => [...document.querySelectorAll('.p-dialog')].some(d => (d.innerText || '').includes(t))",
+            arg=text, timeout=timeout * 1000)
+
+    def missing_node_types(self) -> list[str]:
+        """Types of the graph's nodes that LiteGraph has no registration for."""
+        return self.page.evaluate(
+            """() => window.app.graph.nodes
+                   .map(n => n.type)
+                   .filter(t => !(t in window.LiteGraph.registered_node_types))"""
+        )
+
+    def serialize(self) -> dict:
+        """The workflow as the canvas saves it (app.graph.serialize())."""
+        return self.page.evaluate("() => JSON.parse(JSON.stringify(window.app.graph.serialize()))")
+
+    def set_widget(self, node_id: int, name: str, value) -> None:
+        ok = self.page.evaluate(
+            """([id, name, value]) => {
+                 const n = window.app.graph.getNodeById(id);
+                 const w = n && n.widgets && n.widgets.find(w => w.name === name);
+                 if (!w) return false;
+                 w.value = value; w.callback && w.callback(w.value);
+                 return true;
+               }""",
+            [node_id, name, value],
+        )
+        if not ok:
+            raise BrowserError(f"node {node_id} has no widget {name!r}")
+
+    def queue(self, timeout: float = 30.0) -> str:
+        """Press Queue: app.queuePrompt(0, 1). Returns the prompt_id from the server's answer to POST /prompt."""
+        with self.page.expect_response(
+            lambda r: r.request.method == "POST" and urllib.parse.urlparse(r.url).path.endswith("/prompt"),
+            timeout=timeout * 1000,
+        ) as resp_info:
+            ok = self.page.evaluate("async () => await window.app.queuePrompt(0, 1)")
+        resp = resp_info.value
+        body = resp.json()
+        # Not `ok`: 1.32.9's queuePrompt returns !lastNodeErrors, and the server's `node_errors: {}` is truthy.
+        if resp.status != 200 or body.get("node_errors") or "prompt_id" not in body:
+            raise BrowserError(f"queue failed (HTTP {resp.status}, queuePrompt -> {ok}): {json.dumps(body)[:4000]}")
+        return body["prompt_id"]
+
+    def wait_executed(self, prompt_id: str, timeout: float = 60.0) -> str:
+        """Until the page's websocket delivered execution_success/error for prompt_id; returns which."""
+        self.page.wait_for_function("(pid) => !!window.__fsTest.done[pid]", arg=prompt_id, timeout=timeout * 1000)
+        return self.page.evaluate("(pid) => window.__fsTest.done[pid]", prompt_id)
+
+    def executed_nodes(self) -> list[str]:
+        """Node ids of every `executed` websocket message so far."""
+        return self.page.evaluate("() => window.__fsTest.executed.slice()")
+
+    def cached_nodes(self, prompt_id: str) -> list[str]:
+        """Node ids the server took from its cache for prompt_id (websocket `execution_cached`)."""
+        return self.page.evaluate("(pid) => window.__fsTest.cached[pid] || []", prompt_id)
+
+    def extension_names(self) -> list[str]:
+        """Names of the frontend extensions registered with app.registerExtension (app.extensions)."""
+        return self.page.evaluate("() => window.app.extensions.map(e => e.name)")
+
+    def full_detail(self) -> None:
+        """Draw node text at every zoom (setting LiteGraph.Canvas.MinFontSizeForLOD = 0), for screenshots."""
+        self.page.evaluate("async () => { await window.app.ui.settings.setSettingValueAsync("
+                           "'LiteGraph.Canvas.MinFontSizeForLOD', 0); }")
+
+    def center_on(self, node_id: int, scale: float = 1.0) -> None:
+        """Put node `node_id` at the top left of the view at `scale` (for close-up screenshots)."""
+        self.page.evaluate(
+            """([id, scale]) => { const c = window.app.canvas, n = window.app.graph.getNodeById(id);
+                 c.ds.scale = scale; c.ds.offset[0] = 90 / scale - n.pos[0]; c.ds.offset[1] = 140 / scale - n.pos[1];
+                 c.setDirty(true, true); }""",
+            [node_id, scale],
+        )
+        self.page.wait_for_timeout(300)
+
+    def fit_view(self) -> None:
+        """Zoom the canvas so the whole graph is visible (for screenshots)."""
+        self.page.evaluate(
+            """() => { const c = window.app.canvas;
+                 if (c.ds && c.ds.fitToBounds && window.app.graph.nodes.length) {
+                   const ns = window.app.graph.nodes;
+                   const x0 = Math.min(...ns.map(n => n.pos[0])), y0 = Math.min(...ns.map(n => n.pos[1] - 40));
+                   const x1 = Math.max(...ns.map(n => n.pos[0] + n.size[0])), y1 = Math.max(...ns.map(n => n.pos[1] + n.size[1]));
+                   c.ds.fitToBounds([x0, y0, x1 - x0, y1 - y0]);
+                 }
+                 c.setDirty(true, true); }"""
+        )
+        self.page.wait_for_timeout(300)
+
+    def screenshot(self, path: str | os.PathLike) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.page.screenshot(path=str(path))
+        return path
