@@ -224,6 +224,17 @@ def sd3_part(args, device):
         ours.append(timed(lambda: fillscope_graph()[0], 1)[0])
         theirs.append(timed(diffusers_graph, 1)[0])
     a, b = fillscope_graph()[0], diffusers_graph()
+    try:
+        from fillscope.trace.report import write_report
+        from fillscope.trace.run import trace_sd3_controlnet
+
+        report = trace_sd3_controlnet(stack, height=h, width=w, line_trace=False, memory=True)
+        write_report(report, args.out, "sd3-controlnet-inpaint_trace_cuda")
+        ev = report["evidence"]
+        RESULTS["sd3_trace"] = {"module_rows": ev["module"]["rows"], "module_hits": ev["module"]["hits"],
+                                "flops_per_step": ev["flops"]["per_step"], "peak_memory": ev["peak_memory"]}
+    except Exception:
+        RESULTS["sd3_trace_error"] = traceback.format_exc()[-3000:]
     RESULTS["sd3"] = {
         "size": [h, w], "steps": args.steps, "cfg": 7.0, "dtype": str(stack["transformer"].model.dtype),
         "fillscope_s": statistics.median(ours), "diffusers_s": statistics.median(theirs),
@@ -248,10 +259,12 @@ def table() -> str:
         name = f"{key} {r['size'][0]}x{r['size'][1]} {r['steps']} steps"
         rows.append(f"{name:<34} {r['fillscope_s']:>10.3f}s {r['diffusers_s']:>10.3f}s {r['ratio']:>7.3f} {peak:>19} {r['rel_err_vs_diffusers']:>9.2e}")
         rows.append(f"{'':<34} sampler {r['sampler_per_step_s'] * 1000:.1f} ms/step; stages {r['fillscope_stages_s']}")
-    if "flux_trace" in RESULTS:
-        t = RESULTS["flux_trace"]
-        rows.append(f"flux trace (CUDA): module rows/hits {t['module_rows']}/{t['module_hits']}, "
-                    f"{t['flops_per_step'] / 1e12:.1f} TFLOP/step, peak {t['peak_memory']['bytes'] / 2**30:.2f} GiB ({t['peak_memory']['provenance']})")
+    for key in ("flux_trace", "sd3_trace"):
+        if key in RESULTS:
+            t = RESULTS[key]
+            rows.append(f"{key.replace('_', ' ')} (CUDA): module rows/hits {t['module_rows']}/{t['module_hits']}, "
+                        f"{t['flops_per_step'] / 1e12:.1f} TFLOP/step, peak {t['peak_memory']['bytes'] / 2**30:.2f} GiB "
+                        f"({t['peak_memory']['provenance']})")
     return "\n".join(rows)
 
 

@@ -154,7 +154,9 @@ def fill_placeholder(model, seed: int, device: str) -> None:
     count."""
     import torch
 
-    model.to_empty(device=device)
+    ties = _tied_groups(model)
+    model.to_empty(device=device)  # materialises each name separately: ties (T5's shared embedding) break here
+    _retie(model, ties)
     with torch.no_grad():
         for name, param in model.named_parameters():
             if _is_norm_weight(name, param.shape):
@@ -169,6 +171,23 @@ def fill_placeholder(model, seed: int, device: str) -> None:
         for module_name, module in model.named_modules():
             for name, buf in module.named_buffers(recurse=False):
                 _fill_buffer(module, name, buf, f"{module_name}.{name}", device)
+
+
+def _tied_groups(model) -> list[list[str]]:
+    """Names that share one Parameter (e.g. T5's shared / encoder.embed_tokens), each group in order."""
+    groups: dict[int, list[str]] = {}
+    for name, param in model.named_parameters(remove_duplicate=False):
+        groups.setdefault(id(param), []).append(name)
+    return [names for names in groups.values() if len(names) > 1]
+
+
+def _retie(model, groups: list[list[str]]) -> None:
+    for first, *others in groups:
+        owner, _, leaf = first.rpartition(".")
+        param = getattr(model.get_submodule(owner) if owner else model, leaf)
+        for name in others:
+            mod, _, leaf = name.rpartition(".")
+            setattr(model.get_submodule(mod) if mod else model, leaf, param)
 
 
 def _fill_buffer(module, name: str, buf, qualified: str, device) -> None:

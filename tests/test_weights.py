@@ -122,3 +122,17 @@ def test_placeholder_buffers_get_the_values_the_constructor_computes():
         reference = dict(cls.from_config(dict(cfg)).named_buffers())
         for name, buf in model.named_buffers():
             assert torch.equal(buf, reference[name]), (kind, name)
+
+
+def test_placeholder_keeps_tied_weights_tied():
+    from transformers import T5Config
+
+    from fillscope.weights import build_on_meta, count_parameters, fill_placeholder
+
+    cfg = {"vocab_size": 64, "d_model": 16, "d_kv": 4, "d_ff": 24, "num_layers": 1, "num_heads": 4,
+           "feed_forward_proj": "gated-gelu", "is_encoder_decoder": False}
+    model = build_on_meta("t5_xxl", T5Config(**cfg).to_dict(), dtype=torch.float32)
+    before = count_parameters(model)
+    fill_placeholder(model, 0, "cpu")
+    assert model.shared.weight is model.encoder.embed_tokens.weight
+    assert count_parameters(model) == before and before[0] < before[1]
