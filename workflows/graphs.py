@@ -15,6 +15,7 @@ from pathlib import Path
 
 HERE = Path(__file__).parent
 EXAMPLES = HERE.parent / "example_workflows"  # what ComfyUI's template browser lists
+SPREAD = (1.75, 1.6)  # canvas units per graph unit (x, y)
 
 
 @dataclass
@@ -171,6 +172,41 @@ GRAPHS = [
 ]
 
 
+def trace_graph(name, description, model) -> Graph:
+    """Meta loaders -> the trace node, which runs one denoiser step under the tracers and writes the report."""
+    if model == "flux-fill":
+        loaders = [
+            _loader(1, "FillScopeLoadCLIPL", "meta", "bf16", (0, 0)),
+            _loader(2, "FillScopeLoadT5", "meta", "bf16", (0, 200)),
+            _loader(3, "FillScopeLoadFluxFillTransformer", "meta", "bf16", (0, 400)),
+            _loader(4, "FillScopeLoadVAE", "meta", "bf16", (0, 600), kind="flux"),
+        ]
+        trace = Node(5, "FillScopeFluxFillTrace", {"clip_l": (1, 0), "t5": (2, 0), "transformer": (3, 0), "vae": (4, 0)}, (400, 200))
+    else:
+        loaders = [
+            _loader(1, "FillScopeLoadCLIPL", "meta", "bf16", (0, 0)),
+            _loader(2, "FillScopeLoadCLIPG", "meta", "bf16", (0, 200)),
+            _loader(3, "FillScopeLoadT5", "meta", "bf16", (0, 400)),
+            _loader(4, "FillScopeLoadSD3Transformer", "meta", "bf16", (0, 600), variant="sd3-medium"),
+            _loader(5, "FillScopeLoadSD3InpaintControlNet", "meta", "bf16", (0, 820)),
+            _loader(6, "FillScopeLoadVAE", "meta", "bf16", (0, 1020), kind="sd3"),
+        ]
+        trace = Node(7, "FillScopeSD3ControlNetTrace", {"clip_l": (1, 0), "clip_g": (2, 0), "t5": (3, 0), "transformer": (4, 0),
+                                                        "controlnet": (5, 0), "vae": (6, 0)}, (400, 300))
+    trace.inputs.update(width=1024, height=1024, prompt="a red brick fireplace", line_trace=True,
+                        filename_prefix=f"fillscope/{name}")
+    trace.size = (360, 320)
+    return Graph(name, description, [*loaders, trace])
+
+
+GRAPHS += [
+    trace_graph("flux_fill_trace", "FLUX.1 Fill on meta weights: one denoiser step under the module and line tracers; "
+                "writes the five-page architecture report (HTML + JSON) to output/fillscope/.", "flux-fill"),
+    trace_graph("sd3_controlnet_trace", "SD3-medium + inpainting ControlNet on meta weights: one CFG denoiser step under "
+                "the tracers; writes the five-page architecture report to output/fillscope/.", "sd3-controlnet-inpaint"),
+]
+
+
 def is_link(value) -> bool:
     return isinstance(value, tuple) and len(value) == 2
 
@@ -242,7 +278,8 @@ def to_ui(graph: Graph, object_info: dict) -> dict:
             {
                 "id": n.id,
                 "type": n.type,
-                "pos": list(n.pos),
+                # graph coordinates are a grid; spread them so the shape tables shown after a run have room
+                "pos": [round(n.pos[0] * SPREAD[0]), round(n.pos[1] * SPREAD[1])],
                 "size": list(n.size),
                 "flags": {},
                 "order": order,
