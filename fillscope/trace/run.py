@@ -171,14 +171,46 @@ def _params(stack: dict[str, Component], unused: dict[str, int], used_note: str)
     }
 
 
-def _peak_memory(fn, device: str) -> dict:
+def _weight_bytes(model) -> int:
+    """Bytes of a model's parameters and buffers (each storage once)."""
+    seen, total = set(), 0
+    for t in list(model.parameters()) + list(model.buffers()):
+        if id(t) not in seen:
+            seen.add(id(t))
+            total += t.numel() * t.element_size()
+    return total
+
+
+def _component_peaks(stages, stack, device: str) -> dict:
+    """Per stage, what its components would need alone: their weight bytes + the activation peak of the stage
+    (on CUDA the peak allocated above what was allocated before it; on meta the estimator's activation peak)."""
+    from .cost import estimate_peak_memory, measure_peak_cuda
+
+    out = {}
+    for label, keys, fn in stages:
+        weights = sum(_weight_bytes(stack[k].model) for k in keys)
+        if device == "cuda":
+            raw = measure_peak_cuda(fn)
+            activations = raw["bytes"] - raw["before_bytes"]
+        else:
+            activations = estimate_peak_memory(fn)["parts"]["activations_peak"]
+        out[f"{label} alone: weights + activations"] = weights + activations
+    return out
+
+
+def _peak_memory(fn, device: str, stages=None, stack=None) -> dict:
     from .cost import estimate_peak_memory, measure_peak_cuda
 
     # cost.py words provenance as prose ("measured on CUDA", "estimated on meta (...)"); the report schema
     # wants the category, with the prose as the method
     raw = measure_peak_cuda(fn) if device == "cuda" else estimate_peak_memory(fn)
     category = "measured" if raw["provenance"].startswith("measured") else "estimated"
-    return {**raw, "provenance": category, "device": device, "method": raw["provenance"]}
+    parts = {k: v for k, v in raw.get("parts", {}).items() if k != "ops"}  # (ops is a count, not bytes)
+    if stages:
+        parts.update(_component_peaks(stages, stack, device))
+    method = raw["provenance"] + ("; per stage: the components' weight bytes + that stage's activation peak"
+                                  if stages else "")
+    return {**raw, "parts": parts, "provenance": category, "device": device, "method": method}
 
 
 def trace_flux_fill(stack: dict[str, Component], *, height=1024, width=1024, prompt="a red brick fireplace",
@@ -218,13 +250,20 @@ def trace_flux_fill(stack: dict[str, Component], *, height=1024, width=1024, pro
                      "output, not text_embeds)")
 
     def whole_run():
-        c = text.encode_clip(stack["clip_l"], prompt)
+        c = text.encode_clip(stack["clip_l"], prompt, project=False)
         t = text.encode_t5(stack["t5"], prompt)
         fc = flux_fill.build_fill_condition(stack["vae"], prepared)
         o = flux_fill.sample_flux_fill(stack["transformer"], text.flux_text_condition(t, c), fc, steps=1, seed=seed)
         decode_to_image(stack["vae"], o)
 
-    peak = _peak_memory(whole_run, device) if memory else None
+    flux_stages = [
+        ("text encoders", ["clip_l", "t5"], lambda: (text.encode_clip(stack["clip_l"], prompt, project=False),
+                                                     text.encode_t5(stack["t5"], prompt))),
+        ("VAE encode", ["vae"], lambda: flux_fill.build_fill_condition(stack["vae"], prepared)),
+        ("denoiser step", ["transformer"], denoiser_step),
+        ("VAE decode", ["vae"], lambda: decode_to_image(stack["vae"], out)),
+    ]
+    peak = _peak_memory(whole_run, device, flux_stages, stack) if memory else None
     tr = stack["transformer"]
     cfg = tr.config
     stages = [
@@ -351,7 +390,13 @@ def trace_sd3_controlnet(stack: dict[str, Component], *, height=1024, width=1024
         o = sd3_inpaint.sample_sd3_controlnet_inpaint(stack["transformer"], stack["controlnet"], p, n, c, steps=1, seed=seed)
         decode_to_image(stack["vae"], o)
 
-    peak = _peak_memory(whole_run, device) if memory else None
+    sd3_stages = [
+        ("text encoders", ["clip_l", "clip_g", "t5"], lambda: (condition(prompt, None), condition(negative, None))),
+        ("VAE encode", ["vae"], lambda: sd3_inpaint.build_inpaint_condition(stack["vae"], prepared)),
+        ("denoiser step", ["transformer", "controlnet"], denoiser_step),
+        ("VAE decode", ["vae"], lambda: decode_to_image(stack["vae"], out)),
+    ]
+    peak = _peak_memory(whole_run, device, sd3_stages, stack) if memory else None
     tr, cn = stack["transformer"], stack["controlnet"]
     cfg = tr.config
     stages = [
