@@ -128,10 +128,20 @@ def _micro_rows(tracer, component: str, block: str, model, device: str) -> list[
     return out
 
 
-def _attach_flops(stages, per_module: dict) -> None:
+def _finish_stages(stages, per_module: dict, device: str) -> list:
+    """Each block gets its FLOPs (FlopCounterMode's per-module total) and its provenance."""
     for stage in stages:
         for b in stage["blocks"]:
             b["flops"] = next((v for k, v in per_module.items() if k.endswith("." + b["name"]) or k == b["name"]), None)
+            b.update(provenance="measured", device=device)
+    return stages
+
+
+def _run_boundary(tr: Component, height, width, device, wall, **extra) -> dict:
+    return {"height": height, "width": width, "batch": 1, "dtype": str(tr.model.dtype).replace("torch.", ""),
+            "device": device, "device_name": _device_name(device), "weights": tr.provenance, "steps_traced": 1,
+            "wall_s": round(wall, 3), **extra, "created": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            **_versions()}
 
 
 def _evidence(tracer, lines, params: dict, flops_total, flops_method, peak: dict, device: str) -> dict:
@@ -272,19 +282,13 @@ def trace_flux_fill(stack: dict[str, Component], *, height=1024, width=1024, pro
         {"id": "single", "label_en": "Single-stream blocks", "label_zh": "单流块", "count": cfg.get("num_single_layers"),
          "blocks": _block_rows(mt, "transformer", r"single_transformer_blocks\.\d+", tr.model)},
     ]
-    _attach_flops(stages, per_module)
-    for st in stages:
-        for b in st["blocks"]:
-            b.update(provenance="measured", device=device)
+    _finish_stages(stages, per_module, device)
     clip_cfg, t5_cfg, vae_cfg = stack["clip_l"].config, stack["t5"].config, stack["vae"].config
     report = {
         "schema": "fillscope.report/1",
         "model": "flux-fill",
         "title": MODELS["flux-fill"],
-        "run": {"height": height, "width": width, "batch": 1, "dtype": str(tr.model.dtype).replace("torch.", ""),
-                "device": device, "device_name": _device_name(device), "weights": tr.provenance, "steps_traced": 1,
-                "wall_s": round(wall, 3), "prompt": prompt,
-                "created": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), **_versions()},
+        "run": _run_boundary(tr, height, width, device, wall, prompt=prompt),
         "figures": figs.items,
         "pages": {
             "macro": {
@@ -405,10 +409,7 @@ def trace_sd3_controlnet(stack: dict[str, Component], *, height=1024, width=1024
         {"id": "controlnet", "label_en": "ControlNet blocks (residual i -> block i)", "label_zh": "ControlNet 块（残差 i → 块 i）",
          "count": cn.config.get("num_layers"), "blocks": _block_rows(mt, "controlnet", r"transformer_blocks\.\d+", cn.model)},
     ]
-    _attach_flops(stages, per_module)
-    for st in stages:
-        for b in st["blocks"]:
-            b.update(provenance="measured", device=device)
+    _finish_stages(stages, per_module, device)
     branch = lambda cid, en, comp, fig: {  # noqa: E731
         "id": cid, "label_en": en, "label_zh": en, "layers": comp.config.get("num_hidden_layers", comp.config.get("num_layers")),
         "hidden": comp.config.get("hidden_size", comp.config.get("d_model")),
@@ -418,10 +419,7 @@ def trace_sd3_controlnet(stack: dict[str, Component], *, height=1024, width=1024
         "schema": "fillscope.report/1",
         "model": "sd3-controlnet-inpaint",
         "title": MODELS["sd3-controlnet-inpaint"],
-        "run": {"height": height, "width": width, "batch": 1, "dtype": str(tr.model.dtype).replace("torch.", ""),
-                "device": device, "device_name": _device_name(device), "weights": tr.provenance, "steps_traced": 1,
-                "wall_s": round(wall, 3), "prompt": prompt, "negative_prompt": negative,
-                "created": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), **_versions()},
+        "run": _run_boundary(tr, height, width, device, wall, prompt=prompt, negative_prompt=negative),
         "figures": figs.items,
         "pages": {
             "macro": {
