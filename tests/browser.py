@@ -135,7 +135,8 @@ class ComfyPage:
             self.browser = self._pw.chromium.launch(executable_path=self.executable, args=CHROMIUM_ARGS)
             self.page = self.browser.new_page(viewport=self.viewport)
             self.page.add_init_script(
-                "(() => { const kv = %s; for (const k in kv) localStorage.setItem(k, kv[k]); })()"
+                # runs in every frame, sandboxed ones (no storage: SecurityError) included
+                "(() => { const kv = %s; try { for (const k in kv) localStorage.setItem(k, kv[k]); } catch (e) {} })()"
                 % json.dumps(LOCAL_STORAGE)
             )
             self.page.set_default_timeout(self.timeout_ms)

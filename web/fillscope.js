@@ -10,13 +10,21 @@
 // Everything is built with document.createElement + textContent: data never reaches innerHTML.
 // The widget is display-only: it is kept out of the saved workflow (widgets_values) and out of the prompt.
 //
-// Public hook (for a later architecture viewer):
-//   window.FillScope.lastReport: {filename, subfolder, type} of the newest report file a Shapes Report node
-//   wrote (from its ui `fillscope_report`, a file in ComfyUI's output folder, fetchable with
-//   /view?filename=..&subfolder=..&type=..), or null before any report arrived.
+// Trace nodes (ui `fillscope_report` starting with an .html file) also get a button widget, "Open architecture
+// report", that opens the architecture viewer (web/fillscope_viewer.js: a sidebar tab) on that node's report;
+// like the table it is display-only (not in widgets_values, not in the prompt).
+//
+// Public hooks:
+//   window.FillScope.lastReport: {filename, subfolder, type} of the newest report file a FillScope node wrote
+//   (the first file of its ui `fillscope_report`: a trace node's .html, a Shapes Report node's .json; a file in
+//   ComfyUI's output folder, fetchable with /view?filename=..&subfolder=..&type=..), or null before any report
+//   arrived. The viewer follows it live.
+//   window.FillScope.reports (this session's reports, newest first), window.FillScope.openViewer(report?).
 import { app } from "../../scripts/app.js";
+import { addReport, addFallbackButton, openViewer, registerSidebar } from "./fillscope_viewer.js";
 
 const WIDGET_NAME = "fillscope_table"; // the DOM widget's name on a node
+const BUTTON_NAME = "Open architecture report"; // the trace nodes' button widget (its name is its label)
 const FONT_PX = 11; // monospace font size of the panel
 const LINE_PX = 14; // its line height
 const CHAR_PX = FONT_PX * 0.61; // advance of one monospace character (DejaVu Sans Mono / Menlo ~0.6 em)
@@ -233,12 +241,27 @@ function layout(built, nodeWidth) {
   return [width, height];
 }
 
-function rememberReport(message) {
+/** Record the node's report files (ui `fillscope_report`) for the viewer; the entry, or null. */
+function rememberReport(node, message) {
   const files = message?.fillscope_report;
   const f = Array.isArray(files) ? files[0] : undefined;
-  if (f && typeof f === "object" && typeof f.filename === "string") {
-    window.FillScope.lastReport = { filename: f.filename, subfolder: str(f.subfolder), type: str(f.type || "output") };
-  }
+  if (!(f && typeof f === "object" && typeof f.filename === "string" && f.filename)) return null;
+  const clean = files.filter((x) => x && typeof x === "object" && typeof x.filename === "string" && x.filename)
+    .map((x) => ({ filename: x.filename, subfolder: str(x.subfolder), type: str(x.type || "output") }));
+  return addReport(clean, node);
+}
+
+/** The "Open architecture report" button of a node whose report is an HTML page (the trace nodes). */
+function reportButton(node, entry) {
+  node.fsReport = { filename: entry.filename, subfolder: entry.subfolder, type: entry.type };
+  let widget = node.widgets?.find((w) => w.name === BUTTON_NAME);
+  if (widget) return widget;
+  widget = node.addWidget("button", BUTTON_NAME, null, () => openViewer(node.fsReport), {
+    serialize: false, // graphToPrompt skips it
+  });
+  widget.serialize = false; // LGraphNode.serialize() skips it: widgets_values stay as saved
+  widget.serializeValue = () => undefined;
+  return widget;
 }
 
 // ---- the widget -------------------------------------------------------------------------------
@@ -307,13 +330,23 @@ function show(node, message) {
 
 app.registerExtension({
   name: "FillScope.ShapesOnNodes",
+  commands: [
+    { id: "FillScope.OpenArchitectureReport", label: "FillScope: open the architecture report", icon: "pi pi-sitemap",
+      function: () => openViewer() },
+  ],
+  async setup() {
+    // The architecture viewer: a sidebar tab where the frontend has the API (1.32.9: yes), else a dialog.
+    if (!registerSidebar()) addFallbackButton();
+  },
   async beforeRegisterNodeDef(nodeType, nodeData) {
     if (!nodeData?.name?.startsWith("FillScope")) return;
     const onExecuted = nodeType.prototype.onExecuted;
     nodeType.prototype.onExecuted = function (message) {
       const r = onExecuted?.apply(this, arguments);
       try {
-        rememberReport(message);
+        const entry = rememberReport(this, message);
+        // The button first, so that show() sizes the node with it.
+        if (entry && entry.kind === "html") reportButton(this, entry);
         show(this, message);
       } catch (err) {
         console.warn("[FillScope] could not show the shapes table", err);

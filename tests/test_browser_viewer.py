@@ -1,0 +1,328 @@
+"""The architecture viewer (web/fillscope_viewer.js) in ComfyUI's own frontend (1.32.9), in headless chromium:
+workflows/flux_fill_trace.json runs from the canvas, the trace node shows its summary and an "Open architecture
+report" button, the button opens the FillScope sidebar tab, and the five-page report renders there in a sandboxed
+iframe (allow-scripts only: its own script runs, in an opaque origin) with a hostile prompt shown as text.
+
+Needs playwright (Python) and a system chromium (/usr/bin/chromium, env FILLSCOPE_CHROMIUM); outside CI the
+module is skipped without them, in CI (env CI set) that is a failure. Screenshots: test-artifacts/browser/viewer-*.png.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from browser import ComfyPage, chromium_path, playwright_available  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+WORKFLOW = REPO / "workflows" / "flux_fill_trace.json"
+SHOTS = REPO / "test-artifacts" / "browser"
+XSS = "<img src=x onerror=alert(1)>"
+TAB_ID = "fillscope-architecture"
+BUTTON = "Open architecture report"
+EMPTY_TEXT = "Run a FillScope trace node (workflows/flux_fill_trace.json) to see its report here"
+
+# Node ids in workflows/flux_fill_trace.json (workflows/graphs.py).
+LOADERS = (1, 2, 3, 4)  # CLIP-L, T5, FLUX Fill transformer, VAE
+TRACE = 5
+
+pytestmark = pytest.mark.server
+
+
+def _in_ci() -> bool:
+    return os.environ.get("CI", "").lower() not in ("", "0", "false", "no")
+
+
+def _require_browser() -> None:
+    missing = []
+    if not playwright_available():
+        missing.append("the playwright Python package (pip install playwright)")
+    if not chromium_path():
+        missing.append("chromium (apt-get install chromium, or set FILLSCOPE_CHROMIUM)")
+    if missing:
+        msg = "browser viewer tests need " + " and ".join(missing) + "; no browser is downloaded"
+        if _in_ci():
+            pytest.fail(msg + " -- required in CI", pytrace=False)
+        pytest.skip(msg)
+
+
+@pytest.fixture(scope="module")
+def workflow() -> dict:
+    return json.loads(WORKFLOW.read_text())
+
+
+@pytest.fixture(scope="module")
+def canvas(request):
+    """One chromium page on the session's ComfyUI server for the module (a machine without a browser skips
+    before a server is started)."""
+    _require_browser()
+    server = request.getfixturevalue("served_models")
+    with ComfyPage(server.url, viewport=(1920, 1080)) as cp:
+        yield cp
+
+
+def _assert_no_errors(cp: ComfyPage) -> None:
+    assert not cp.errors(), "page errors:\n" + "\n".join(cp.errors())
+
+
+def _widgets_values(wf: dict) -> dict:
+    return {n["id"]: n.get("widgets_values") for n in wf["nodes"]}
+
+
+# JS: a node's FillScope widgets: the table panel's text and the report button.
+NODE_JS = """(id) => {
+  const n = window.app.graph.getNodeById(id);
+  const ws = n.widgets || [];
+  const t = ws.filter(w => w.name === 'fillscope_table');
+  const b = ws.filter(w => w.name === %s);
+  return {
+    tables: t.length, text: t.length ? t[0].element.textContent : null,
+    rows: t.length ? t[0].element.querySelectorAll('tr.fs-row').length : 0,
+    connected: t.length ? t[0].element.isConnected : false,
+    buttons: b.length, buttonType: b.length ? b[0].type : null,
+    buttonSerialize: b.length ? [b[0].serialize, b[0].options.serialize] : null,
+  };
+}""" % json.dumps(BUTTON)
+
+VIEWER = ".fillscope-viewer[data-mode='sidebar']"
+
+
+def _viewer_state(cp: ComfyPage, root: str = VIEWER) -> dict:
+    return cp.page.evaluate(
+        """(sel) => {
+          const v = document.querySelector(sel);
+          if (!v) return null;
+          const body = v.querySelector('.fsv-body');
+          const frame = body.querySelector('iframe');
+          return {
+            visible: v.getClientRects().length > 0 && v.offsetWidth > 0,
+            state: body.dataset.state || null,
+            bodyText: body.textContent,
+            frame: frame ? {sandbox: frame.getAttribute('sandbox'), src: frame.getAttribute('src'),
+                            srcdoc: frame.hasAttribute('srcdoc'), filename: frame.dataset.filename,
+                            loaded: frame.dataset.loaded || null} : null,
+            pre: (body.querySelector('pre') || {}).textContent || null,
+            name: (v.querySelector('.fsv-name') || {}).textContent || null,
+            items: [...v.querySelectorAll('.fsv-item')].map(b => ({filename: b.dataset.filename,
+                      current: b.getAttribute('aria-current'), text: b.textContent})),
+            openTab: (v.querySelector('.fsv-open-tab') || {}).href || null,
+            json: (v.querySelector('.fsv-download-json:not([hidden])') || {}).href || null,
+          };
+        }""",
+        root,
+    )
+
+
+def _click_button_widget(cp: ComfyPage, node_id: int, name: str) -> None:
+    """A real mouse click on a canvas-drawn button widget (its centre, from the widget's y and the canvas' zoom)."""
+    cp.center_on(node_id, 1.0)
+    xy = cp.page.evaluate(
+        """([id, name]) => {
+          const c = window.app.canvas, n = window.app.graph.getNodeById(id);
+          const w = n.widgets.find(w => w.name === name);
+          const h = w.computedHeight || w.height || window.LiteGraph.NODE_WIDGET_HEIGHT || 20;
+          const y = (w.y ?? w.last_y);
+          const p = c.ds.convertOffsetToCanvas([n.pos[0] + n.size[0] / 2, n.pos[1] + y + h / 2]);
+          const r = c.canvas.getBoundingClientRect();
+          return [r.left + p[0], r.top + p[1]];
+        }""",
+        [node_id, name],
+    )
+    cp.page.mouse.click(xy[0], xy[1])
+
+
+def test_sidebar_tab_empty_state(canvas):
+    cp = canvas
+    _assert_no_errors(cp)
+    assert "FillScope.ShapesOnNodes" in cp.extension_names()
+    tabs = cp.page.evaluate("() => window.app.extensionManager.getSidebarTabs().map(t => [t.id, t.type])")
+    assert [TAB_ID, "custom"] in tabs, tabs
+    assert cp.page.evaluate("() => window.FillScope.lastReport") is None
+    # The tab's button in the side toolbar opens it; before any trace: the empty state.
+    cp.page.click(f".{TAB_ID}-tab-button")
+    cp.page.wait_for_selector(f"{VIEWER} .fsv-body[data-state='empty']")
+    st = _viewer_state(cp)
+    assert st["visible"] and st["frame"] is None and st["items"] == []
+    assert EMPTY_TEXT in st["bodyText"]
+    cp.screenshot(SHOTS / "viewer-empty.png")
+    cp.page.click(f".{TAB_ID}-tab-button")  # toggles it closed again
+    cp.page.wait_for_selector(VIEWER, state="detached")
+    # The pack's command opens it too (command palette / keybindings).
+    cp.page.evaluate("() => window.app.extensionManager.command.execute('FillScope.OpenArchitectureReport')")
+    cp.page.wait_for_selector(f"{VIEWER} .fsv-body[data-state='empty']")
+    cp.page.click(f".{TAB_ID}-tab-button")
+    cp.page.wait_for_selector(VIEWER, state="detached")
+
+    # The fallback of a frontend without registerSidebarTab: a floating button that opens the viewer as a dialog.
+    cp.page.evaluate(
+        """async () => {
+          const exts = await (await fetch('/extensions')).json();  // the web files the frontend imported
+          const url = exts.find(u => u.endsWith('/fillscope_viewer.js'));
+          (await import(url)).addFallbackButton();
+        }""")
+    cp.page.click(".fillscope-open-viewer")
+    cp.page.wait_for_selector(".fillscope-dialog .fillscope-viewer[data-mode='dialog'] .fsv-body[data-state='empty']")
+    assert EMPTY_TEXT in cp.page.inner_text(".fillscope-dialog")
+    cp.page.keyboard.press("Escape")
+    cp.page.wait_for_selector(".fillscope-dialog", state="detached")
+    cp.page.evaluate("() => document.querySelector('.fillscope-open-viewer').remove()")
+    _assert_no_errors(cp)
+
+
+def test_trace_report_in_viewer(canvas, workflow):
+    cp = canvas
+    t_start = time.monotonic()
+    cp.load_workflow(workflow)
+    assert cp.missing_node_types() == []
+    assert cp.open_dialogs() == [], "a dialog opened on load (missing nodes/models?)"
+    cp.full_detail()
+    cp.set_widget(TRACE, "line_trace", False)  # the module tracer only: a few seconds faster
+    cp.set_widget(TRACE, "prompt", XSS)
+
+    cp.free_cache()  # the session's server may have run this prompt for another test
+    t0 = time.monotonic()
+    pid = cp.queue()
+    entry = cp.wait_history(pid, timeout=300)
+    assert cp.wait_executed(pid) == "success"
+    run_s = time.monotonic() - t0
+    assert entry["prompt"][2][str(TRACE)]["inputs"]["prompt"] == XSS
+    assert entry["prompt"][2][str(TRACE)]["inputs"]["line_trace"] is False
+    files = entry["outputs"][str(TRACE)]["fillscope_report"]
+    html_file = next(f for f in files if f["filename"].endswith(".html"))
+    json_file = next(f for f in files if f["filename"].endswith(".json"))
+
+    # The loaders show their shapes tables (facts, on meta weights), the trace node its summary and the button.
+    for nid in LOADERS:
+        p = cp.page.evaluate(NODE_JS, nid)
+        assert p["tables"] == 1 and p["connected"], (nid, p)
+        assert p["rows"] or "wall " in p["text"], (nid, p)
+        assert p["buttons"] == 0, (nid, p)
+    tr = cp.page.evaluate(NODE_JS, TRACE)
+    assert tr["tables"] == 1 and "module rows/hits" in tr["text"] and "parameters:" in tr["text"], tr
+    assert tr["buttons"] == 1 and tr["buttonType"] == "button", tr
+    assert tr["buttonSerialize"] == [False, False], tr
+    last = cp.page.evaluate("() => window.FillScope.lastReport")
+    assert last == {"filename": html_file["filename"], "subfolder": html_file["subfolder"], "type": "output"}
+
+    # Display-only widgets: the saved workflow carries the file's values (and the two edits), the prompt no button.
+    saved = _widgets_values(cp.serialize())
+    expected = _widgets_values(workflow)
+    expected[TRACE] = [1024, 1024, XSS, False, expected[TRACE][4]]
+    assert saved == expected
+    prompt = cp.page.evaluate("async () => (await window.app.graphToPrompt()).output")
+    assert all(BUTTON not in n["inputs"] and "fillscope_table" not in n["inputs"] for n in prompt.values())
+
+    # /view serves .html as a download (application/octet-stream): the viewer cannot use it as an iframe src.
+    ctype = cp.page.evaluate(
+        "async (f) => (await fetch('/api/view?' + new URLSearchParams(f))).headers.get('content-type')", html_file)
+    assert not ctype.startswith("text/html"), ctype
+
+    # The node's button (a real click on the canvas) opens the sidebar tab on this report.
+    cp.center_on(TRACE, 1.0)  # also lets a frame draw: the widget's y is laid out
+    cp.screenshot(SHOTS / "viewer-trace-node.png")
+    _click_button_widget(cp, TRACE, BUTTON)
+    cp.page.wait_for_selector(f"{VIEWER} .fsv-body[data-state='loaded'] iframe.fsv-frame[data-loaded='true']",
+                              timeout=20_000)
+    assert cp.page.evaluate("() => window.app.extensionManager.sidebarTab.activeSidebarTabId") == TAB_ID
+    st = _viewer_state(cp)
+    assert st["visible"]
+    assert st["frame"]["sandbox"] == "allow-scripts" and st["frame"]["src"] is None and st["frame"]["srcdoc"]
+    assert st["frame"]["filename"] == html_file["filename"]
+    assert st["name"].endswith(html_file["filename"])
+    assert st["items"][0]["filename"] == html_file["filename"] and st["items"][0]["current"] == "true"
+    assert html_file["filename"] in st["items"][0]["text"]
+    assert st["openTab"].startswith("blob:"), st["openTab"]
+    assert st["json"] and json_file["filename"] in st["json"], st["json"]
+
+    # Inside the iframe: the report's own script ran (pager "1 / 5"), page 1 shows the macro graph.
+    fl = cp.page.frame_locator(f"{VIEWER} iframe.fsv-frame")
+    fl.locator("section#page-1 svg.macro").wait_for(state="visible")
+    assert fl.locator("html.js").count() == 1  # set by the report's script: it ran (its CSP hash still matches)
+    assert fl.locator(".pager .counter").inner_text() == "1 / 5"
+    assert "FLUX transformer" in fl.locator("section#page-1").inner_text()
+    cp.screenshot(SHOTS / "viewer-report-page1.png")
+    # Page 3 (the full denoiser topology): the transformer's input shape.
+    fl.locator(".pager [data-goto='3']").click()
+    fl.locator("section#page-3").wait_for(state="visible")
+    assert fl.locator(".pager .counter").inner_text() == "3 / 5"
+    page3 = fl.locator("section#page-3").inner_text()
+    seen = {n: "[1, 4096, 384]" in fl.locator(f"section#page-{n}").text_content() for n in range(1, 6)}
+    assert any(seen.values()), seen
+    # Page 5: the run boundary shows the hostile prompt as text.
+    fl.locator(".pager [data-goto='5']").click()
+    fl.locator("section#page-5").wait_for(state="visible")
+    prompt_span = fl.locator("section#page-5 span.prompt[data-run='prompt']")
+    assert prompt_span.inner_text() == XSS
+
+    # Sandboxed: an opaque origin that cannot reach ComfyUI's document; no handler attribute anywhere, no dialog.
+    frame = cp.page.query_selector(f"{VIEWER} iframe.fsv-frame").content_frame()
+    probe = frame.evaluate(
+        """() => ({origin: window.origin, url: location.href, img: document.querySelectorAll('img').length,
+                   onerror: document.querySelectorAll('[onerror]').length,
+                   parent: (() => { try { return typeof parent.document; } catch (e) { return 'blocked'; } })(),
+                   storage: (() => { try { localStorage.length; return 'open'; } catch (e) { return 'blocked'; } })()})""")
+    assert probe == {"origin": "null", "url": "about:srcdoc#page=5&lang=en", "img": 0, "onerror": 0, "parent": "blocked", "storage": "blocked"}, probe
+    assert cp.page.evaluate("() => document.querySelectorAll('[onerror]').length") == 0
+    assert cp.dialogs == [], cp.dialogs
+
+    # "Open in new tab": a blob: page that holds only the same sandboxed iframe.
+    with cp.page.expect_popup() as pop:
+        cp.page.click(f"{VIEWER} .fsv-open-tab")
+    tab = pop.value
+    tab.wait_for_load_state()
+    assert tab.evaluate("() => [...document.querySelectorAll('iframe')].map(f => f.getAttribute('sandbox'))") == [
+        "allow-scripts"]
+    tab.frame_locator("iframe").locator("section#page-1 svg.macro").wait_for(state="visible")
+    tab.close()
+
+    # Live: a new report (here the JSON companion, as a Shapes Report node's would be) re-renders the viewer at
+    # once, as text; the session list keeps both; a list button goes back.
+    cp.page.evaluate("(f) => { window.FillScope.lastReport = f; }", json_file)
+    cp.page.wait_for_selector(f"{VIEWER} .fsv-body[data-state='loaded'] pre.fsv-text")
+    st = _viewer_state(cp)
+    assert '"schema": "fillscope.report/1"' in st["pre"]
+    assert [i["filename"] for i in st["items"]] == [json_file["filename"], html_file["filename"]]
+    cp.page.click(f"{VIEWER} .fsv-item[data-filename='{html_file['filename']}']")
+    cp.page.wait_for_selector(f"{VIEWER} .fsv-body[data-state='loaded'] iframe.fsv-frame[data-loaded='true']")
+    st = _viewer_state(cp)
+    assert [i["current"] for i in st["items"]] == ["false", "true"]
+    assert fl.locator(".pager .counter").inner_text() == "1 / 5"
+
+    # A hostile file name stays text in the list and the error message (the file does not exist).
+    cp.page.evaluate("(x) => { window.FillScope.lastReport = {filename: x + '.html', subfolder: x}; }", XSS)
+    cp.page.wait_for_selector(f"{VIEWER} .fsv-body[data-state='error']")
+    st = _viewer_state(cp)
+    assert st["items"][0]["filename"] == XSS + ".html" and (XSS + ".html") in st["items"][0]["text"]
+    assert "HTTP 4" in st["bodyText"]
+    assert cp.page.evaluate("() => document.querySelectorAll('.fillscope-viewer img, [onerror]').length") == 0
+    cp.page.click(f"{VIEWER} .fsv-item[data-filename='{html_file['filename']}']")
+    cp.page.wait_for_selector(f"{VIEWER} iframe.fsv-frame[data-loaded='true']")
+    cp.screenshot(SHOTS / "viewer-session-list.png")
+
+    # "Expand": the same viewer in a large dialog.
+    cp.page.click(f"{VIEWER} .fsv-expand")
+    cp.page.frame_locator(".fillscope-dialog iframe.fsv-frame").locator("section#page-1 svg.macro").wait_for(
+        state="visible")
+    cp.screenshot(SHOTS / "viewer-dialog.png")
+    dl = cp.page.frame_locator(".fillscope-dialog iframe.fsv-frame")
+    dl.locator(".pager .next").click()
+    dl.locator("section#page-2").wait_for(state="visible")  # the report's Next button works too
+    dl.locator(".pager [data-goto='5']").click()
+    span = dl.locator("section#page-5 span.prompt[data-run='prompt']")
+    assert span.inner_text() == XSS
+    span.evaluate("e => e.scrollIntoView({block: 'center'})")
+    cp.page.wait_for_timeout(200)
+    cp.screenshot(SHOTS / "viewer-dialog-page5-prompt.png")
+    cp.page.click(".fillscope-dialog .fsv-close")  # (Escape too, while the focus is not inside the report)
+    cp.page.wait_for_selector(".fillscope-dialog", state="detached")
+    assert _viewer_state(cp)["visible"]  # the sidebar tab stays
+
+    assert cp.dialogs == [], cp.dialogs
+    _assert_no_errors(cp)
+    print(f"\n[browser] trace run {run_s:.1f}s; viewer test {time.monotonic() - t_start:.1f}s; page 3: {len(page3)} chars")
