@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from comfy_api.latest import io
 
-from . import common as c
+from . import common as c, memory
 from ..fillscope.trace.records import ShapeRecorder
 
 
@@ -29,7 +29,8 @@ class FluxFillCondition(io.ComfyNode):
 
         rec = ShapeRecorder("FillScopeFluxFillCondition", "FLUX Fill condition")
         prepared = c.prepare_masked_input(rec, image, mask, invert_mask, threshold, grow, feather, size_mode)
-        cond = build_fill_condition(vae.value, prepared, observe=rec.observe)
+        with memory.use(vae.value):
+            cond = build_fill_condition(vae.value, prepared, observe=rec.observe)
         rec.fact("tokens", cond.tokens)
         return c.finish(rec, (vae,), cond, wrap=(0,))
 
@@ -66,10 +67,11 @@ class FluxFillSampler(io.ComfyNode):
 
         rec = ShapeRecorder("FillScopeFluxFillSampler", "FLUX Fill sampler")
         cb = c.progress_callback(steps)
-        out = sample_flux_fill(
-            transformer.value, flux_text.value, condition.value,
-            steps=steps, guidance=guidance, seed=seed, denoise=denoise, callback=cb, observe=rec.observe,
-        )
+        with memory.use(transformer.value):
+            out = sample_flux_fill(
+                transformer.value, flux_text.value, condition.value,
+                steps=steps, guidance=guidance, seed=seed, denoise=denoise, callback=cb, observe=rec.observe,
+            )
         c.record_sampler_result(rec, out, transformer.value)
         return c.finish(rec, (transformer, flux_text, condition), out, wrap=(0,))
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from comfy_api.latest import io
 
-from . import common as c
+from . import common as c, memory
 from ..fillscope.trace.records import ShapeRecorder
 
 
@@ -27,7 +27,8 @@ class VAEDecode(io.ComfyNode):
         rec = ShapeRecorder("FillScopeVAEDecode", "VAE decode")
         lat = latent.value
         rec.tensor("latent.unpacked", lat.latents, "input")
-        image = decode_to_image(vae.value, lat, observe=rec.observe)
+        with memory.use(vae.value):
+            image = decode_to_image(vae.value, lat, observe=rec.observe)
         rec.tensor("image", image)
         if lat.unchanged:
             rec.warn("mask is empty: the source image is returned unchanged")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from comfy_api.latest import io
 
-from . import common as c
+from . import common as c, memory
 from ..fillscope.trace.records import ShapeRecorder
 
 
@@ -29,7 +29,8 @@ class SD3InpaintCondition(io.ComfyNode):
 
         rec = ShapeRecorder("FillScopeSD3InpaintCondition", "SD3 inpaint condition")
         prepared = c.prepare_masked_input(rec, image, mask, invert_mask, threshold, grow, feather, size_mode)
-        cond = build_inpaint_condition(vae.value, prepared, observe=rec.observe)
+        with memory.use(vae.value):
+            cond = build_inpaint_condition(vae.value, prepared, observe=rec.observe)
         return c.finish(rec, (vae,), cond, wrap=(0,))
 
 
@@ -76,12 +77,13 @@ class SD3ControlNetInpaintSampler(io.ComfyNode):
         from ..fillscope.sd3_inpaint import sample_sd3_controlnet_inpaint
 
         rec = ShapeRecorder("FillScopeSD3ControlNetInpaintSampler", "SD3 ControlNet inpaint sampler")
-        out = sample_sd3_controlnet_inpaint(
-            transformer.value, controlnet.value, positive.value, negative.value, condition.value,
-            steps=steps, cfg=cfg, control_scale=control_scale, control_start=control_start, control_end=control_end,
-            shift=shift, seed=seed, denoise=denoise, residual_mapping=residual_mapping,
-            callback=c.progress_callback(steps), observe=rec.observe,
-        )
+        with memory.use(transformer.value, controlnet.value):
+            out = sample_sd3_controlnet_inpaint(
+                transformer.value, controlnet.value, positive.value, negative.value, condition.value,
+                steps=steps, cfg=cfg, control_scale=control_scale, control_start=control_start,
+                control_end=control_end, shift=shift, seed=seed, denoise=denoise,
+                residual_mapping=residual_mapping, callback=c.progress_callback(steps), observe=rec.observe,
+            )
         c.record_sampler_result(rec, out, transformer.value)
         return c.finish(rec, (transformer, controlnet, positive, negative, condition), out, wrap=(0,))
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from comfy_api.latest import io
 
-from . import common as c
+from . import common as c, memory
 from ..fillscope.trace.records import ShapeRecorder
 
 
@@ -28,7 +28,8 @@ class CLIPLEncode(io.ComfyNode):
         from ..fillscope.text import encode_clip_l
 
         rec = ShapeRecorder("FillScopeCLIPLEncode", "CLIP-L encode")
-        out = encode_clip_l(clip_l.value, text)
+        with memory.use(clip_l.value):
+            out = encode_clip_l(clip_l.value, text)
         record_clip(rec, "clip_l", out)
         return c.finish(rec, (clip_l,), out, wrap=(0,))
 
@@ -61,7 +62,8 @@ class CLIPGEncode(io.ComfyNode):
         from ..fillscope.text import encode_clip
 
         rec = ShapeRecorder("FillScopeCLIPGEncode", "CLIP-G encode")
-        out = encode_clip(clip_g.value, text)
+        with memory.use(clip_g.value):
+            out = encode_clip(clip_g.value, text)
         record_clip(rec, "clip_g", out)
         return c.finish(rec, (clip_g,), out, wrap=(0,))
 
@@ -87,7 +89,8 @@ class T5Encode(io.ComfyNode):
         from ..fillscope.text import encode_t5
 
         rec = ShapeRecorder("FillScopeT5Encode", "T5-XXL encode")
-        out = encode_t5(t5.value, text, max_length)
+        with memory.use(t5.value):
+            out = encode_t5(t5.value, text, max_length)
         rec.tensor("t5.input_ids", out.input_ids, "input")
         rec.tensor("t5.hidden", out.hidden)
         rec.fact("prompt tokens (with EOS)", f"{out.real_tokens} of {max_length}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from comfy_api.latest import io
 
-from . import common as c
+from . import common as c, memory
 
 
 def _trace_inputs():
@@ -60,7 +60,8 @@ class FluxFillTrace(io.ComfyNode):
         from ..fillscope.trace.run import trace_flux_fill
 
         stack = {"clip_l": clip_l.value, "t5": t5.value, "transformer": transformer.value, "vae": vae.value}
-        report = trace_flux_fill(stack, height=height, width=width, prompt=prompt, line_trace=line_trace)
+        with memory.use(*stack.values()):  # the trace runs every component
+            report = trace_flux_fill(stack, height=height, width=width, prompt=prompt, line_trace=line_trace)
         return io.NodeOutput(ui={"text": [_summary(report)], "fillscope_report": _write(report, filename_prefix)})
 
 
@@ -85,7 +86,8 @@ class SD3ControlNetTrace(io.ComfyNode):
 
         stack = {"clip_l": clip_l.value, "clip_g": clip_g.value, "t5": t5.value, "transformer": transformer.value,
                  "controlnet": controlnet.value, "vae": vae.value}
-        report = trace_sd3_controlnet(stack, height=height, width=width, prompt=prompt, line_trace=line_trace)
+        with memory.use(*stack.values()):
+            report = trace_sd3_controlnet(stack, height=height, width=width, prompt=prompt, line_trace=line_trace)
         return io.NodeOutput(ui={"text": [_summary(report)], "fillscope_report": _write(report, filename_prefix)})
 
 

@@ -1,0 +1,125 @@
+"""FillScope components under ComfyUI's model management.
+
+Each non-meta component gets a ModelPatcher (around a plain container module: ModelPatcher sets `.device` on
+the module it holds, which diffusers' ModelMixin does not allow) whose load and unload move the component
+whole, through fillscope.placement. ComfyUI then counts FillScope's weights when it frees memory for another
+model, and "Unload models" / POST /free offload them; a node that needs a component asks ComfyUI to load it
+(`use`), and the policy the loader chose says what happens after.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from functools import lru_cache
+
+from ..fillscope import placement
+
+
+@lru_cache(maxsize=None)
+def _classes():
+    """Defined on first use, so importing the pack does not import ComfyUI's model management."""
+    import torch
+    from comfy.model_patcher import ModelPatcher
+
+    class FillScopeModel(torch.nn.Module):  # ComfyUI logs "Requested to load FillScopeModel"
+        def __init__(self, model):
+            super().__init__()
+            self.inner = model
+
+    return FillScopeModel, type("FillScopePatcher", (_PatcherMixin, ModelPatcher), {})
+
+
+class _PatcherMixin:
+    """A ModelPatcher that loads and unloads one component whole (its layers are diffusers/transformers modules, not ComfyUI's
+    cast-weight ops, so partial loading does not apply)."""
+
+    def __init__(self, component, load_device, offload_device):
+        holder = _classes()[0]
+        super().__init__(holder(component.model), load_device, offload_device,
+                         size=placement.weight_bytes(component.model))
+        self.component = component
+        self.model.model_loaded_weight_memory = self.size if self._on(load_device) else 0
+        self.model.device = load_device if self._on(load_device) else offload_device
+
+    def _on(self, device) -> bool:
+        import torch
+
+        return torch.device(self.component.device).type == torch.device(device).type
+
+    def model_patches_to(self, device):
+        pass
+
+    def model_dtype(self):
+        return self.component.model.dtype
+
+    def partially_load(self, device_to, extra_memory=0, force_patch_weights=False):
+        if self.model.model_loaded_weight_memory:
+            return 0
+        placement.move(self.component, device_to)
+        self.model.device = device_to
+        self.model.model_loaded_weight_memory = self.size
+        return self.size
+
+    def partially_unload(self, device_to, memory_to_free=0, force_patch_weights=False):
+        freed = self.model.model_loaded_weight_memory
+        self.detach()
+        return freed
+
+    def detach(self, unpatch_all=True):
+        placement.move(self.component, self.offload_device)
+        self.model.device = self.offload_device
+        self.model.model_loaded_weight_memory = 0
+        return self.model
+
+
+def patcher(component):
+    """The component's ComfyUI patcher (created once); None for meta components, which hold no memory."""
+    import comfy.model_management as mm
+
+    if component.device == "meta":
+        return None
+    p = component.extras.get("comfy_patcher")
+    if p is None:
+        p = _classes()[1](component, mm.get_torch_device(), mm.unet_offload_device())
+        component.extras["comfy_patcher"] = p
+    return p
+
+
+@contextmanager
+def use(*components):
+    """Have ComfyUI load the components for one node's work (freeing others if it must), then apply each
+    component's policy (extras["memory"], set by its loader; default auto)."""
+    import comfy.model_management as mm
+    def policy(c):
+        return placement.resolve_policy(c.extras.get("memory", "auto"), c.kind)
+
+    live = [c for c in components if c.device != "meta"]
+    patchers = [patcher(c) for c in live if policy(c) != "sequential"]
+    if patchers:
+        mm.load_models_gpu(patchers)
+    sequential = []
+    for c in live:
+        if policy(c) == "sequential":  # streamed block by block: never loaded whole
+            ctx = placement.in_use(c, mm.get_torch_device(), "sequential", mm.unet_offload_device())
+            ctx.__enter__()
+            sequential.append(ctx)
+    try:
+        yield
+    finally:
+        for ctx in sequential:
+            ctx.__exit__(None, None, None)
+        for c in live:
+            p = c.extras.get("comfy_patcher")
+            if p is not None and policy(c) == "offload":
+                _unload(p)
+
+
+def _unload(p) -> None:
+    import comfy.model_management as mm
+
+    for loaded in list(mm.current_loaded_models):
+        if loaded.model is p:
+            loaded.model_unload()
+            mm.current_loaded_models.remove(loaded)
+            return
+    p.detach()
