@@ -1,0 +1,120 @@
+"""GPU check: peak CUDA memory and speed of the FLUX.1 Fill graph under each memory policy
+(fillscope/placement.py), full production topology with placeholder weights, bf16, 1024x1024.
+
+Policies as the nodes apply them (each component placed with `placement.in_use` for its own stage):
+keep (everything resident), auto (text encoders and VAE offloaded after use, transformer kept),
+sequential (every component streamed module by module from CPU memory). Peak = max_memory_allocated over
+the whole graph (text encoders, VAE encode, N steps, VAE decode) after the components start where the policy
+leaves them. `--tiny` runs the code path on the tiny test folder on the CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", type=Path, default=Path("out/gpu_memory"))
+    ap.add_argument("--size", type=int, default=1024)
+    ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--tiny", action="store_true")
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    import torch
+
+    from fillscope import flux_fill, masks, placement, text
+    from fillscope.latents import decode_to_image
+    from fillscope.trace.run import load_stack
+
+    cuda = torch.cuda.is_available()
+    dev = "cuda" if cuda else "cpu"
+
+    def sync():
+        if cuda:
+            torch.cuda.synchronize()
+
+    if args.tiny:
+        from tiny_flux import build_tiny_flux_fill_folder
+
+        stack = load_stack("flux-fill", str(build_tiny_flux_fill_folder(Path("/tmp/gpu_memory_tiny"))), dtype="fp32", device="cpu")
+    else:
+        stack = load_stack("flux-fill", "placeholder", dtype="bf16", device=dev)
+    image, mask = masks.synthetic_image_and_mask(args.size, args.size, 0.5)
+    results = {"device": torch.cuda.get_device_name() if cuda else "cpu", "torch": torch.__version__,
+               "size": args.size, "steps": args.steps, "policies": {}}
+
+    def graph(policy):
+        stages = {}
+        t = time.perf_counter()
+        with placement.in_use(stack["clip_l"], dev, policy), placement.in_use(stack["t5"], dev, policy):
+            clip, t5 = text.encode_clip(stack["clip_l"], "a red brick fireplace", project=False), text.encode_t5(stack["t5"], "a red brick fireplace")
+        sync(); stages["text"] = time.perf_counter() - t; t = time.perf_counter()  # noqa: E702
+        with placement.in_use(stack["vae"], dev, policy):
+            cond = flux_fill.build_fill_condition(stack["vae"], masks.prepare_image_and_mask(image, mask))
+        sync(); stages["condition"] = time.perf_counter() - t; t = time.perf_counter()  # noqa: E702
+        with placement.in_use(stack["transformer"], dev, policy):
+            out = flux_fill.sample_flux_fill(stack["transformer"], text.flux_text_condition(t5, clip), cond, steps=args.steps)
+        sync(); stages["sampler"] = time.perf_counter() - t; t = time.perf_counter()  # noqa: E702
+        with placement.in_use(stack["vae"], dev, policy):
+            decode_to_image(stack["vae"], out)
+        sync(); stages["decode"] = time.perf_counter() - t  # noqa: E702
+        return stages
+
+    def measure(policy):
+        # start where the policy leaves components between uses
+        for comp in stack.values():
+            start = "cpu" if placement.resolve_policy(policy, comp.kind) in ("offload", "sequential") else dev
+            placement.move(comp, start)
+        if cuda:
+            torch.cuda.empty_cache()
+        graph(policy)  # warm-up (and leaves components where the policy keeps them)
+        walls, stage_runs = [], []
+        if cuda:
+            torch.cuda.reset_peak_memory_stats()
+        resident_before = torch.cuda.memory_allocated() if cuda else None
+        for _ in range(2):
+            t0 = time.perf_counter()
+            stage_runs.append(graph(policy))
+            walls.append(time.perf_counter() - t0)
+        results["policies"][policy] = {
+            "wall_s": statistics.median(walls),
+            "stages_s": {k: round(statistics.median(r[k] for r in stage_runs), 4) for k in stage_runs[0]},
+            "sampler_ms_per_step": 1000 * statistics.median(r["sampler"] for r in stage_runs) / args.steps,
+            "resident_before_bytes": resident_before,
+            "peak_bytes": torch.cuda.max_memory_allocated() if cuda else None,
+        }
+
+    for policy in ("keep", "auto", "sequential"):
+        try:
+            measure(policy)
+        except Exception:  # report and go on: the other policies still measure
+            import traceback
+
+            results["policies"][policy] = {"error": traceback.format_exc()[-2000:]}
+            print(f"--- {policy} failed ---\n{results['policies'][policy]['error']}")
+
+    (args.out / "gpu_memory.json").write_text(json.dumps(results, indent=1))
+    print(json.dumps({k: v for k, v in results.items() if k != "policies"}))
+    print(f"{'policy':<11} {'peak GiB':>9} {'resident between uses GiB':>26} {'graph s':>8} {'sampler ms/step':>16}")
+    for policy, r in results["policies"].items():
+        if "error" in r:
+            print(f"{policy:<11} failed (see above)")
+            continue
+        peak = "-" if r["peak_bytes"] is None else f"{r['peak_bytes'] / 2**30:.2f}"
+        res = "-" if r["resident_before_bytes"] is None else f"{r['resident_before_bytes'] / 2**30:.2f}"
+        print(f"{policy:<11} {peak:>9} {res:>26} {r['wall_s']:>8.3f} {r['sampler_ms_per_step']:>16.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
