@@ -6,8 +6,8 @@
   materialised directly on the target device and filled with deterministic finite values from a seed (never
   materialised on the CPU first, so a 12B transformer can be placed straight onto a GPU).
 - meta: the full production topology with no storage; forward passes compute shapes only.
-
-Single-file checkpoints (ComfyUI model folders) slot in as one more `WeightSource.kind` (a later issue).
+- a single .safetensors file from ComfyUI's model folders (BFL / SAI / LDM / transformers / diffusers keys):
+  classified from its header and loaded by checkpoints.py.
 """
 
 from __future__ import annotations
@@ -106,13 +106,14 @@ def _transformers_config(kind: str, config: dict):
     raise KeyError(kind)
 
 
-def build_on_meta(kind: str, config: dict | None = None, dtype=None):
+def build_on_meta(kind: str, config: dict | None = None, dtype=None, class_name: str | None = None):
     """The component's full topology on the meta device (no storage, ~0.1 s even for the 12B transformer),
-    created directly in `dtype`, except the modules a model class keeps in fp32 (T5's `wo` under fp16)."""
+    created directly in `dtype`, except the modules a model class keeps in fp32 (T5's `wo` under fp16).
+    `class_name` overrides the component's class (e.g. CLIPTextModel for a CLIP file without projection)."""
     import torch
 
     config = dict(config or shipped_config(kind))
-    cls = _model_class(kind)
+    cls = _model_class(kind, class_name)
     previous = torch.get_default_dtype()
     if dtype is not None:
         torch.set_default_dtype(dtype)
@@ -233,7 +234,8 @@ def locate_component(kind: str, folder: Path, input_name: str) -> tuple[Path, Pa
             input_name,
             f"model folder '{folder}' does not exist.",
             f"put a repository that has the {spec.title} ({_repositories_with(kind) or 'its own repository'}, "
-            "diffusers format) under ComfyUI/models/diffusers/, or choose 'placeholder' or 'meta'.",
+            "diffusers format) under ComfyUI/models/diffusers/, or its single .safetensors file in the matching "
+            "ComfyUI model folder, or choose 'placeholder' or 'meta'.",
         )
     pipeline = _pipeline_name(folder)
     if pipeline is not None:
@@ -314,7 +316,21 @@ def load_from_folder(kind: str, sub: Path, dtype: str, device: str, input_name: 
         if not isinstance(e, (OSError, ValueError, RuntimeError)) and type(e).__name__ != "SafetensorError":
             raise
         raise _unreadable(input_name, sub, e) from e
+    if spec.library == "diffusers":
+        _match_dtypes(model, build_on_meta(kind, config, dtype=td, class_name=type(model).__name__))
     return model.to(device).eval().requires_grad_(False), config
+
+
+def _match_dtypes(model, reference) -> None:
+    """Give every parameter and buffer the dtype it has in `reference` (the same model built on meta in the
+    requested dtype). diffusers' from_pretrained assigns the file's tensors as they are when the model's first
+    state-dict entry already has the file's dtype (SD3 and its ControlNet start with the fp32 pos_embed buffer),
+    so an fp16 or fp32 folder would otherwise stay fp16/fp32 whatever dtype was asked for."""
+    want = {n: t.dtype for n, t in list(reference.named_parameters()) + list(reference.named_buffers())}
+    for name, t in list(model.named_parameters()) + list(model.named_buffers()):
+        dt = want.get(name)
+        if dt is not None and t.is_floating_point() and t.dtype != dt:
+            t.data = t.data.to(dt)
 
 
 def _unreadable(input_name: str, sub: Path, error: Exception) -> FillScopeInputError:
@@ -373,8 +389,9 @@ def load_component(
     input_name: str = "source",
     variant: str | None = None,
 ) -> Component:
-    """Load one component from a weight source ('meta', 'placeholder' or a diffusers folder path). `variant`
-    picks the shipped config for meta/placeholder (e.g. sd3.5-large); a folder brings its own config."""
+    """Load one component from a weight source ('meta', 'placeholder', a diffusers folder path or a single
+    .safetensors file). `variant` picks the shipped config for meta/placeholder (e.g. sd3.5-large); a folder
+    brings its own config, a file the one its shapes say."""
     source_str = str(source)
     dev = resolve_device(device, source_str)
     td = torch_dtype(dtype)
@@ -388,6 +405,18 @@ def load_component(
             return Component(kind, model, META, "meta (full topology, no storage)", "meta", dtype, config)
         fill_placeholder(model, seed, dev)
         return Component(kind, model, PLACEHOLDER, f"placeholder (deterministic, seed={seed})", dev, dtype, config)
+    from .checkpoints import is_single_file, load_single_file
+
+    if is_single_file(source_str):
+        model, config, provenance, facts, notes = load_single_file(kind, source_str, dtype=dtype, device=dev,
+                                                                   input_name=input_name)
+        comp = Component(kind, model, source_str, provenance, dev, dtype, config)
+        comp.extras.update(tokenizer_folder=None, facts=facts, notes=notes)
+        if variant is not None and kind == "sd3_transformer":
+            inferred = next((n for n in notes if n.startswith("variant ")), "")
+            if inferred and variant not in inferred.split():
+                comp.extras["notes"] = notes + [f"variant input '{variant}' ignored: the file brings its own topology"]
+        return comp
     folder = Path(source_str)
     sub, tokenizer = locate_component(kind, folder, input_name)
     model, config = load_from_folder(kind, sub, dtype, dev, input_name)

@@ -53,8 +53,75 @@ def diffusers_folders() -> list[str]:
     return sorted(set(found))
 
 
-def source_options() -> list[str]:
-    return diffusers_folders() + [SOURCE_PLACEHOLDER, SOURCE_META]
+# Single files: listed as "<ComfyUI folder>/<file>" (e.g. "text_encoders/t5xxl_fp16.safetensors"), the folder being
+# ComfyUI's folder_paths name (diffusion_models also covers models/unet, text_encoders models/clip). A diffusers
+# folder entry never starts with one of these names followed by a weight-file name, so the two cannot clash.
+# Per component: the folders listed whole, and whether checkpoints/ files that bundle the component are added.
+FILE_FOLDERS = {
+    "clip_l": ("text_encoders",),
+    "clip_g": ("text_encoders",),
+    "t5_xxl": ("text_encoders",),
+    "flux_fill_transformer": ("diffusion_models",),
+    "sd3_transformer": ("diffusion_models",),
+    "flux_vae": ("vae",),
+    "sd3_vae": ("vae",),
+    "sd3_controlnet": ("controlnet",),
+}
+CHECKPOINT_PARTS = {"clip_l", "clip_g", "t5_xxl", "flux_fill_transformer", "sd3_transformer", "flux_vae", "sd3_vae"}
+ALL_FILE_FOLDERS = ("diffusion_models", "text_encoders", "vae", "controlnet", "checkpoints")
+
+
+def _weight_suffixes() -> tuple:
+    from ..fillscope.checkpoints import WEIGHT_SUFFIXES
+
+    return WEIGHT_SUFFIXES
+
+
+def _folder_files(folder: str) -> list[str]:
+    import folder_paths
+
+    try:
+        names = folder_paths.get_filename_list(folder)
+    except KeyError:
+        return []
+    return [n.replace(os.sep, "/") for n in names if n.lower().endswith(_weight_suffixes())]
+
+
+def _checkpoints_with(kinds) -> list[str]:
+    """checkpoints/ files that bundle one of `kinds` (read from their safetensors headers, cached per file)."""
+    import folder_paths
+
+    from ..fillscope.checkpoints import sniff
+
+    out = []
+    for name in _folder_files("checkpoints"):
+        path = folder_paths.get_full_path("checkpoints", name)
+        if not path or not name.lower().endswith((".safetensors", ".sft")):
+            continue
+        try:
+            info = sniff(path)
+        except Exception:  # unreadable files are simply not offered here
+            continue
+        if any(info.part(k) is not None for k in kinds):
+            out.append(name)
+    return out
+
+
+def file_sources(kinds) -> list[str]:
+    """"<folder>/<file>" entries for the components `kinds` (a loader's component kinds)."""
+    if isinstance(kinds, str):
+        kinds = (kinds,)
+    folders = list(dict.fromkeys(f for k in kinds for f in FILE_FOLDERS.get(k, ())))
+    out = [f"{folder}/{name}" for folder in folders for name in _folder_files(folder)]
+    if any(k in CHECKPOINT_PARTS for k in kinds):
+        out += [f"checkpoints/{name}" for name in _checkpoints_with(kinds)]
+    return sorted(dict.fromkeys(out))
+
+
+def source_options(kinds=None) -> list[str]:
+    """Diffusers folders, then (for a loader's component kinds) single files, then placeholder and meta."""
+    files = file_sources(kinds) if kinds else []
+    return diffusers_folders() + files + [SOURCE_PLACEHOLDER, SOURCE_META]
 
 
 def source_input(tooltip: str):
@@ -68,13 +135,45 @@ def source_input(tooltip: str):
     )
 
 
+def _split_file_source(source: str):
+    """(ComfyUI folder name, relative file name) of a "<folder>/<file>" entry, else None."""
+    folder, sep, rest = source.replace("\\", "/").partition("/")
+    if sep and folder in ALL_FILE_FOLDERS and rest.lower().endswith(_weight_suffixes()):
+        return folder, rest
+    return None
+
+
+def _file_path(folder: str, rest: str) -> tuple[str | None, str | None]:
+    """(absolute path inside one of the folder's ComfyUI paths, or None; an error when `rest` escapes them)."""
+    import folder_paths
+
+    bases = [os.path.realpath(b) for b in folder_paths.get_folder_paths(folder)]
+    for base in bases:
+        path = os.path.realpath(os.path.join(base, rest))
+        if os.path.commonpath([path, base]) != base:
+            return None, (f"[FillScope] input 'source': '{folder}/{rest}' points outside ComfyUI's models/{folder} folders. "
+                          "Fix: choose a file listed in the menu.")
+        if os.path.isfile(path):
+            return path, None
+    return None, None
+
+
 def resolve_source(source: str) -> str:
-    """'meta'/'placeholder' or the absolute folder path of a models/diffusers entry; refuses paths outside
-    the model folders."""
+    """'meta'/'placeholder', the absolute path of a "<folder>/<file>" single file, or the absolute folder path of
+    a models/diffusers entry; refuses paths outside the model folders."""
     if source in (SOURCE_META, SOURCE_PLACEHOLDER):
         return source
     import folder_paths
 
+    split = _split_file_source(source)
+    if split is not None:
+        path, error = _file_path(*split)
+        if error:
+            raise ValueError(error)
+        if path:
+            return path
+        bases = folder_paths.get_folder_paths(split[0])
+        return os.path.join(bases[0], split[1]) if bases else split[1]
     bases = [os.path.realpath(b) for b in folder_paths.get_folder_paths("diffusers")]
     for base in bases:
         path = os.path.realpath(os.path.join(base, source))
@@ -88,6 +187,23 @@ def validate_source(source: str) -> bool | str:
         return True
     import folder_paths
 
+    split = _split_file_source(source)
+    if split is not None:
+        folder, rest = split
+        from ..fillscope.checkpoints import PICKLE_SUFFIXES
+
+        if rest.lower().endswith(PICKLE_SUFFIXES):
+            return (f"[FillScope] input 'source': '{source}' is a pickled PyTorch checkpoint; FillScope never unpickles "
+                    "(loading a pickle can run arbitrary code) and loads only .safetensors files. Fix: download the "
+                    ".safetensors version of this model.")
+        path, error = _file_path(folder, rest)
+        if error:
+            return error
+        if path:
+            return True
+        return (f"[FillScope] input 'source': file '{rest}' was not found in ComfyUI's models/{folder} folders "
+                f"({', '.join(folder_paths.get_folder_paths(folder)) or 'none configured'}). Fix: put the file there and "
+                "press Refresh, or choose another entry.")
     bases = [os.path.realpath(b) for b in folder_paths.get_folder_paths("diffusers")]
     for base in bases:
         path = os.path.realpath(os.path.join(base, source))
@@ -101,7 +217,9 @@ def validate_source(source: str) -> bool | str:
     return (
         f"[FillScope] input 'source': model folder '{source}' was not found under models/diffusers "
         f"({', '.join(bases) or 'no diffusers folder configured'}). Fix: put the diffusers-format repository "
-        "there (e.g. models/diffusers/FLUX.1-Fill-dev) and press Refresh, or choose 'placeholder' or 'meta'."
+        "there (e.g. models/diffusers/FLUX.1-Fill-dev) and press Refresh, or a single .safetensors file into the "
+        "matching model folder (diffusion_models, text_encoders, vae, controlnet, checkpoints), or choose "
+        "'placeholder' or 'meta'."
     )
 
 

@@ -1,4 +1,7 @@
-"""One loader per component. Each takes a weight source, dtype and device and reports what it built."""
+"""One loader per component. Each takes a weight source, dtype and device and reports what it built.
+
+A source is a diffusers folder (models/diffusers), a single .safetensors file listed as "<ComfyUI folder>/<file>"
+(the folders the component's files live in, plus checkpoints/ files that bundle it), 'placeholder' or 'meta'."""
 
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ class _Loader(io.ComfyNode):
     SOURCE_TOOLTIP = ""
     SOCKET = None
     OUTPUT = ""
+    KINDS: tuple = ()  # component kinds whose single files this loader lists
 
     @classmethod
     def define_schema(cls):
@@ -26,7 +30,7 @@ class _Loader(io.ComfyNode):
             category=c.CATEGORY + "/loaders",
             description=cls.DESCRIPTION,
             inputs=[
-                c.source_input(cls.SOURCE_TOOLTIP),
+                cls.source_input(),
                 *cls.extra_inputs(),
                 io.Combo.Input("dtype", options=c.DTYPES, default="bf16", tooltip="Weight and compute dtype."),
                 io.Combo.Input("device", options=c.DEVICES, default="auto",
@@ -35,6 +39,18 @@ class _Loader(io.ComfyNode):
                              tooltip="Seed of the deterministic placeholder values (used by 'placeholder' only)."),
             ],
             outputs=[cls.SOCKET.Output(cls.OUTPUT, display_name=cls.OUTPUT), c.shapes_output()],
+        )
+
+    @classmethod
+    def source_input(cls):
+        return io.Combo.Input(
+            "source",
+            options=c.source_options(cls.KINDS),
+            default=c.SOURCE_META,
+            tooltip=cls.SOURCE_TOOLTIP
+            + " A diffusers-format folder under models/diffusers, a single .safetensors file ('<model folder>/<file>';"
+            " its kind is read from the file and checked), 'placeholder' (full topology, deterministic values, needs"
+            " the memory of the real model) or 'meta' (full topology, shapes only, no memory).",
         )
 
     @classmethod
@@ -59,6 +75,10 @@ class _Loader(io.ComfyNode):
         rec.fact("parameters (unique)", f"{unique:,}")
         if tied != unique:
             rec.fact("parameters (tied tensors counted per name)", f"{tied:,}")
+        for name, value in comp.extras.get("facts", {}).items():
+            rec.fact(name, value)
+        for note in comp.extras.get("notes", []):
+            rec.note(note)
         cls.describe(rec, comp)
         return c.finish(rec, (), comp, wrap=(0,))
 
@@ -75,8 +95,9 @@ class LoadCLIPL(_Loader):
     NODE_ID = "FillScopeLoadCLIPL"
     DISPLAY = "FillScope Load CLIP-L"
     DESCRIPTION = "CLIP ViT-L/14 text encoder (the pooled vector FLUX conditions on)."
-    SOURCE_TOOLTIP = "Where the CLIP-L weights come from (a repo's text_encoder/)."
+    SOURCE_TOOLTIP = "Where the CLIP-L weights come from (a repo's text_encoder/, text_encoders/clip_l.safetensors, or an SD3 checkpoint)."
     SOCKET = c.ClipL
+    KINDS = ("clip_l",)
     OUTPUT = "clip_l"
 
     @classmethod
@@ -90,8 +111,10 @@ class LoadT5(_Loader):
     NODE_ID = "FillScopeLoadT5"
     DISPLAY = "FillScope Load T5-XXL"
     DESCRIPTION = "T5 v1.1 XXL encoder (the token sequence FLUX and SD3 attend to)."
-    SOURCE_TOOLTIP = "Where the T5-XXL weights come from (a repo's text_encoder_2/)."
+    SOURCE_TOOLTIP = ("Where the T5-XXL weights come from (a repo's text_encoder_2/, text_encoders/t5xxl_fp16.safetensors "
+                      "or an fp8 file: fp8 weights stay fp8 and are computed in the chosen dtype layer by layer).")
     SOCKET = c.T5
+    KINDS = ("t5_xxl",)
     OUTPUT = "t5"
 
     @classmethod
@@ -105,8 +128,9 @@ class LoadFluxFillTransformer(_Loader):
     NODE_ID = "FillScopeLoadFluxFillTransformer"
     DISPLAY = "FillScope Load FLUX.1 Fill Transformer"
     DESCRIPTION = "FLUX.1 Fill [dev] transformer: 19 double + 38 single blocks, 384 input channels."
-    SOURCE_TOOLTIP = "Where the FLUX.1 Fill transformer comes from (a repo's transformer/)."
+    SOURCE_TOOLTIP = "Where the FLUX.1 Fill transformer comes from (a repo's transformer/, or diffusion_models/flux1-fill-dev.safetensors)."
     SOCKET = c.FluxFillModel
+    KINDS = ("flux_fill_transformer",)
     OUTPUT = "transformer"
 
     @classmethod
@@ -127,14 +151,16 @@ class LoadVAE(_Loader):
     NODE_ID = "FillScopeLoadVAE"
     DISPLAY = "FillScope Load VAE"
     DESCRIPTION = "FLUX or SD3 autoencoder: 16 latent channels, 8x; FLUX scale 0.3611 / shift 0.1159, SD3 1.5305 / 0.0609."
-    SOURCE_TOOLTIP = "Where the VAE comes from (a repo's vae/)."
+    SOURCE_TOOLTIP = "Where the VAE comes from (a repo's vae/, vae/ae.safetensors, or a checkpoint's VAE)."
     SOCKET = c.Vae
+    KINDS = ("flux_vae", "sd3_vae")
     OUTPUT = "vae"
 
     @classmethod
     def extra_inputs(cls):
         return [io.Combo.Input("kind", options=["flux", "sd3"], default="flux",
-                               tooltip="Which VAE (its latent scale and shift). A folder's config must agree.")]
+                               tooltip="Which VAE (its latent scale and shift). A folder's config must agree; a standalone "
+                                       "VAE file (same shapes for both) takes its scale and shift from this.")]
 
     @classmethod
     def load(cls, source, **kw):
@@ -154,8 +180,9 @@ class LoadCLIPG(_Loader):
     NODE_ID = "FillScopeLoadCLIPG"
     DISPLAY = "FillScope Load CLIP-G"
     DESCRIPTION = "OpenCLIP ViT-bigG/14 text encoder with its projection (SD3's second CLIP)."
-    SOURCE_TOOLTIP = "Where the CLIP-G weights come from (an SD3 repo's text_encoder_2/)."
+    SOURCE_TOOLTIP = "Where the CLIP-G weights come from (an SD3 repo's text_encoder_2/, text_encoders/clip_g.safetensors, or an SD3 checkpoint)."
     SOCKET = c.ClipG
+    KINDS = ("clip_g",)
     OUTPUT = "clip_g"
 
     @classmethod
@@ -169,8 +196,9 @@ class LoadSD3Transformer(_Loader):
     NODE_ID = "FillScopeLoadSD3Transformer"
     DISPLAY = "FillScope Load SD3 Transformer"
     DESCRIPTION = "SD3 / SD3.5 MMDiT (SD3-medium: 24 joint blocks, width 1536)."
-    SOURCE_TOOLTIP = "Where the SD3 transformer comes from (an SD3 repo's transformer/)."
+    SOURCE_TOOLTIP = "Where the SD3 transformer comes from (an SD3 repo's transformer/, or an SD3 / SD3.5 .safetensors file)."
     SOCKET = c.SD3Model
+    KINDS = ("sd3_transformer",)
     OUTPUT = "transformer"
 
     @classmethod
@@ -179,7 +207,7 @@ class LoadSD3Transformer(_Loader):
 
         variants = list(COMPONENTS["sd3_transformer"].variants)
         return [io.Combo.Input("variant", options=variants, default=variants[0],
-                               tooltip="Topology for placeholder/meta; a folder brings its own config.")]
+                               tooltip="Topology for placeholder/meta; a folder or file brings its own.")]
 
     @classmethod
     def load(cls, source, **kw):
@@ -198,8 +226,10 @@ class LoadSD3ControlNet(_Loader):
     NODE_ID = "FillScopeLoadSD3InpaintControlNet"
     DISPLAY = "FillScope Load SD3 Inpaint ControlNet"
     DESCRIPTION = "alimama-creative SD3 inpainting ControlNet: 23 blocks, 16 latent + 1 mask input channels."
-    SOURCE_TOOLTIP = "Where the ControlNet comes from (the SD3-Controlnet-Inpainting folder, or a pipeline repo's controlnet/)."
+    SOURCE_TOOLTIP = ("Where the ControlNet comes from (the SD3-Controlnet-Inpainting folder, a pipeline repo's controlnet/, "
+                      "or its diffusion_pytorch_model.safetensors in models/controlnet).")
     SOCKET = c.SD3ControlNet
+    KINDS = ("sd3_controlnet",)
     OUTPUT = "controlnet"
 
     @classmethod

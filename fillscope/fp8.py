@@ -1,0 +1,124 @@
+"""fp8 storage, higher-precision compute: weights stay in float8 in memory and are upcast one layer at a time.
+
+A forward pre-hook on each module that owns fp8 weights swaps in an upcast copy (times the file's per-tensor
+scale for ComfyUI's "scaled fp8" files) for the duration of that module's forward, and a forward hook puts the
+fp8 tensor back. So at most one layer's weights exist in the compute dtype at a time, and the state dict keeps
+its names and fp8 tensors.
+
+Some modules read a child's weight dtype before calling it (transformers' T5 feed-forward casts its input to
+`wo.weight.dtype`): those are hooked as a group, so the check sees the compute dtype and not fp8.
+"""
+
+from __future__ import annotations
+
+FP8_NAMES = ("float8_e4m3fn", "float8_e5m2")
+
+# Modules whose forward inspects a child's weight dtype: upcast their whole subtree together.
+GROUP_CLASSES = ("T5DenseGatedActDense", "T5DenseActDense")
+
+
+def fp8_dtypes() -> tuple:
+    import torch
+
+    return tuple(getattr(torch, n) for n in FP8_NAMES if hasattr(torch, n))
+
+
+def is_fp8(dtype) -> bool:
+    return dtype in fp8_dtypes()
+
+
+def nonfinite_count(tensor) -> int:
+    """Number of NaN/inf entries (fp8 included: upcast to fp16, which holds every e4m3fn and e5m2 value)."""
+    import torch
+
+    if not (tensor.is_floating_point() or is_fp8(tensor.dtype)):
+        return 0
+    t = tensor.to(torch.float16) if is_fp8(tensor.dtype) else tensor
+    return int((~torch.isfinite(t)).sum())
+
+
+class _Upcast:
+    """The pre/post hook pair of one module: entries are (parameter, compute dtype, scale or None)."""
+
+    def __init__(self, entries):
+        self.entries = entries
+        self.saved = None
+
+    def pre(self, module, args):
+        self.saved = []
+        for param, dtype, scale in self.entries:
+            self.saved.append(param.data)
+            w = param.data.to(dtype)
+            if scale is not None:
+                w = w * scale.to(device=w.device, dtype=dtype)
+            param.data = w
+
+    def post(self, module, args, output):
+        if self.saved is not None:
+            for (param, _, _), data in zip(self.entries, self.saved):
+                param.data = data
+            self.saved = None
+
+
+def enable_fp8_compute(model, compute_dtypes: dict, scales: dict | None = None) -> dict:
+    """Hook every module that holds fp8 parameters. `compute_dtypes`: parameter name -> dtype to compute in (the
+    dtype the model would have had without fp8: the loader's dtype, fp32 for modules kept in fp32); `scales`:
+    parameter name -> scale tensor (ComfyUI scaled fp8). Returns {"tensors", "bytes", "modules"} counts."""
+    scales = scales or {}
+    fp8 = fp8_dtypes()
+    names = {id(p): n for n, p in model.named_parameters()}  # a tied parameter under its first name
+    stats = {"tensors": 0, "bytes": 0, "modules": 0}
+    seen = set()
+    grouped = set()
+
+    def hook(module, params):
+        entries = []
+        for p in params:
+            if id(p) in seen:
+                continue
+            seen.add(id(p))
+            name = names[id(p)]
+            entries.append((p, compute_dtypes[name], scales.get(name)))
+            stats["tensors"] += 1
+            stats["bytes"] += p.numel() * p.element_size()
+        if entries:
+            up = _Upcast(entries)
+            module.register_forward_pre_hook(up.pre)
+            module.register_forward_hook(up.post, always_call=True)
+            module._fillscope_fp8 = up
+            stats["modules"] += 1
+
+    for name, module in model.named_modules():
+        if any(name == g or name.startswith(g + ".") for g in grouped):
+            continue
+        if type(module).__name__ in GROUP_CLASSES:
+            params = [p for p in module.parameters() if p.dtype in fp8]
+            if params:
+                grouped.add(name)
+                hook(module, params)
+            continue
+        params = [p for p in module.parameters(recurse=False) if p.dtype in fp8]
+        if params:
+            hook(module, params)
+    # Tied parameters owned by several modules (T5's shared / encoder.embed_tokens): every owner needs the hook.
+    for name, module in model.named_modules(remove_duplicate=False):
+        if getattr(module, "_fillscope_fp8", None) is not None or any(name.startswith(g + ".") for g in grouped):
+            continue
+        params = [p for p in module.parameters(recurse=False) if p.dtype in fp8 and id(p) in seen]
+        if params:
+            entries = [(p, compute_dtypes[names[id(p)]], scales.get(names[id(p)])) for p in params]
+            up = _Upcast(entries)
+            module.register_forward_pre_hook(up.pre)
+            module.register_forward_hook(up.post, always_call=True)
+            module._fillscope_fp8 = up
+    return stats
+
+
+def report_compute_dtype(model, dtype) -> None:
+    """diffusers' ModelMixin.dtype and transformers' PreTrainedModel.dtype return the first floating parameter's
+    dtype, which for fp8 storage would make pipelines cast their inputs to fp8. Give this instance a subclass
+    whose `dtype` is the compute dtype (same class name, isinstance unchanged)."""
+    cls = type(model)
+    sub = type(cls.__name__, (cls,), {"dtype": property(lambda self: dtype), "__module__": cls.__module__,
+                                      "__qualname__": cls.__qualname__})
+    model.__class__ = sub
