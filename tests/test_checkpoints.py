@@ -107,10 +107,10 @@ def _flux_out(model):
     x = torch.randn(1, 16, cfg.in_channels, generator=g)
     ctx = torch.randn(1, 8, cfg.joint_attention_dim, generator=g)
     pooled = torch.randn(1, cfg.pooled_projection_dim, generator=g)
+    kw = dict(hidden_states=x, encoder_hidden_states=ctx, pooled_projections=pooled, timestep=torch.tensor([0.7]),
+              img_ids=flux_image_ids(8, 8), txt_ids=torch.zeros(8, 3), guidance=torch.tensor([30.0]))
     with torch.inference_mode():
-        return model(hidden_states=x, encoder_hidden_states=ctx, pooled_projections=pooled, timestep=torch.tensor([0.7]),
-                     img_ids=flux_image_ids(8, 8), txt_ids=torch.zeros(8, 3), guidance=torch.tensor([30.0]),
-                     return_dict=False)[0]
+        return model(**{k: v.to(model.dtype) for k, v in kw.items()}, return_dict=False)[0]
 
 
 @pytest.mark.parametrize("fmt", ["flux_bfl", "flux_diffusers"])
@@ -122,6 +122,22 @@ def test_flux_fill_single_file_matches_the_diffusers_folder(tiny, fmt):
     assert got.config["in_channels"] == 384 and got.provenance.startswith("single file")
     _same_state(got.model, ref.model)
     torch.testing.assert_close(_flux_out(got.model), _flux_out(ref.model), rtol=1e-5, atol=1e-6)
+
+
+def test_fp8_flux_and_sai_files_stay_fp8_and_match_their_bf16_upcast(tiny, tmp_path):
+    """fp8 through both converters (the BFL plan; diffusers' SAI converter, fp8 travelling as uint8)."""
+    from fillscope.fp8 import is_fp8
+
+    models = tiny["models"]
+    for kind, state, run in (("flux_fill_transformer", cf.flux_bfl_state(models["flux_transformer"]), _flux_out),
+                             ("sd3_transformer", cf.sd3_sai_state(models["sd3_transformer"]), _sd3_out)):
+        fp8 = {k: (v.to(torch.float8_e4m3fn) if v.dim() == 2 else v.to(torch.bfloat16)) for k, v in state.items()}
+        up = {k: v.to(torch.bfloat16) for k, v in fp8.items()}
+        got = _load(kind, cf.save(tmp_path / f"{kind}_fp8.safetensors", fp8, cf.TINY_HINTS), dtype="bf16")
+        ref = _load(kind, cf.save(tmp_path / f"{kind}_bf16.safetensors", up, cf.TINY_HINTS), dtype="bf16")
+        assert any(is_fp8(p.dtype) for p in got.model.parameters()) and got.model.dtype == torch.bfloat16
+        assert "stay in fp8_e4m3fn" in got.extras["facts"]["fp8"]
+        torch.testing.assert_close(run(got.model), run(ref.model), rtol=0, atol=0)
 
 
 def test_flux_bfl_plan_is_comfyuis_map_inverted_at_full_size(comfy):
@@ -251,6 +267,7 @@ def _sd3_out(model, controlnet=False):
               return_dict=False)
     if controlnet:
         kw["controlnet_cond"] = torch.randn(1, 17, 16, 16, generator=g)
+    kw = {k: (v.to(model.dtype) if torch.is_tensor(v) else v) for k, v in kw.items()}
     with torch.inference_mode():
         out = model(**kw)[0]
     return torch.stack(list(out)) if controlnet else out
