@@ -62,8 +62,6 @@ WANTS = {
 DTYPE_NAMES = {"F64": "fp64", "F32": "fp32", "F16": "fp16", "BF16": "bf16", "F8_E4M3": "fp8_e4m3fn", "F8_E5M2": "fp8_e5m2",
                "I64": "int64", "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool"}
 FP8_CODES = ("F8_E4M3", "F8_E5M2")
-BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "F8_E4M3": 1, "F8_E5M2": 1, "I64": 8, "I32": 4, "I16": 2, "I8": 1,
-         "U8": 1, "BOOL": 1}
 
 
 @dataclass(frozen=True)
@@ -103,13 +101,6 @@ class CheckpointInfo:
     def part(self, component: str) -> Part | None:
         return next((p for p in self.parts if p.component == component), None)
 
-    @property
-    def dtypes(self) -> dict:
-        out: dict[str, int] = {}
-        for t in self.tensors.values():
-            out[t.dtype] = out.get(t.dtype, 0) + 1
-        return out
-
     def dtype_summary(self, prefix: str = "") -> str:
         counts: dict[str, int] = {}
         for k, t in self.tensors.items():
@@ -120,14 +111,6 @@ class CheckpointInfo:
         main = max(counts, key=counts.get)
         others = [DTYPE_NAMES.get(d, d) for d in counts if d != main and counts[d] > 0]
         return DTYPE_NAMES.get(main, main) + (f" (+ {', '.join(others)})" if others else "")
-
-    @property
-    def fp8(self) -> bool:
-        return any(t.dtype in FP8_CODES for t in self.tensors.values())
-
-    @property
-    def scaled_fp8(self) -> bool:
-        return any(k == "scaled_fp8" or k.endswith(".scaled_fp8") for k in self.tensors)
 
 
 def _numel(shape) -> int:
