@@ -37,6 +37,13 @@ class _Loader(io.ComfyNode):
                                tooltip="auto = CUDA when available, else CPU. Meta weights always stay on the meta device."),
                 io.Int.Input("placeholder_seed", default=0, min=0, max=2**31 - 1,
                              tooltip="Seed of the deterministic placeholder values (used by 'placeholder' only)."),
+                io.Combo.Input(
+                    "memory", options=["auto", "keep", "offload", "sequential"], default="auto", optional=True,
+                    tooltip="Where the weights live between uses. auto: text encoders and VAE go back to CPU memory "
+                            "after use, denoisers stay (ComfyUI still frees them when it needs room); keep: stay on the "
+                            "GPU; offload: back to CPU memory after every use; sequential: streamed module by module "
+                            "(smallest VRAM, slowest).",
+                ),
             ],
             outputs=[cls.SOCKET.Output(cls.OUTPUT, display_name=cls.OUTPUT), c.shapes_output()],
         )
@@ -62,11 +69,14 @@ class _Loader(io.ComfyNode):
         return []
 
     @classmethod
-    def execute(cls, source, dtype, device, placeholder_seed, **extra) -> io.NodeOutput:
+    def execute(cls, source, dtype, device, placeholder_seed, memory="auto", **extra) -> io.NodeOutput:
+        from ..fillscope.placement import resolve_policy
         from ..fillscope.weights import count_parameters
 
         rec = ShapeRecorder(cls.NODE_ID, cls.DISPLAY.removeprefix("FillScope "))
         comp = cls.load(c.resolve_source(source), dtype=dtype, device=device, seed=placeholder_seed, **extra)
+        comp.extras["memory"] = memory
+        rec.fact("memory policy", f"{memory} -> {resolve_policy(memory, comp.kind)}")
         unique, tied = count_parameters(comp.model)
         rec.fact("class", type(comp.model).__name__)
         rec.fact("weights", comp.provenance)
