@@ -69,6 +69,18 @@ def served_models(comfy_server, comfy_models_dir):
     index["_class_name"] = "FluxPipeline"
     (other / "model_index.json").write_text(json.dumps(index))
     build_tiny_sd3_folder(diffusers_dir / "stable-diffusion-3-medium-diffusers", seed=0)
+
+    # the same tiny FLUX weights as single files in ComfyUI's folders, in the formats people download
+    import checkpoint_files as cf
+    from tiny_flux import TINY_CLIP_CONFIG, build_tiny_components
+
+    tiny = build_tiny_components(0)
+    models = comfy_models_dir
+    cf.save(models / "diffusion_models/flux1-fill-dev.safetensors", cf.flux_bfl_state(tiny["transformer"]), cf.TINY_HINTS)
+    cf.save(models / "vae/ae.safetensors", cf.vae_ldm_state(tiny["vae"]))
+    cf.save(models / "text_encoders/clip_l.safetensors",
+            cf.clip_comfy_state(tiny["text_encoder"], TINY_CLIP_CONFIG, with_projection=False), cf.TINY_HINTS)
+    cf.save(models / "text_encoders/t5xxl_fp8_e4m3fn.safetensors", cf.fp8_t5_state(tiny["text_encoder_2"]))
     build_tiny_sd3_controlnet_folder(diffusers_dir / "SD3-Controlnet-Inpainting", seed=0)
 
     rng = np.random.default_rng(0)

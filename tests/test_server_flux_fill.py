@@ -208,3 +208,25 @@ def test_empty_mask_returns_the_input_with_a_warning(server):
     assert any("returned unchanged" in w for w in decode["node"]["warnings"])
     assert "transformer.input" not in tensors(sampler)  # no denoiser step ran
     assert_still_serving(server)
+
+
+def test_single_files_in_comfyui_model_folders_run_the_inpaint_workflow(server):
+    """The same tiny FLUX Fill as single files (BFL transformer, LDM ae, ComfyUI clip_l, fp8 T5), chosen from the
+    loaders' menus as '<folder>/<file>'."""
+    info = server.object_info()
+    sources = {
+        "FillScopeLoadFluxFillTransformer": "diffusion_models/flux1-fill-dev.safetensors",
+        "FillScopeLoadVAE": "vae/ae.safetensors",
+        "FillScopeLoadCLIPL": "text_encoders/clip_l.safetensors",
+        "FillScopeLoadT5": "text_encoders/t5xxl_fp8_e4m3fn.safetensors",
+    }
+    prompt = load_api("flux_fill_inpaint")
+    for node, source in sources.items():
+        assert source in info[node]["input"]["required"]["source"][1]["options"], (node, source)
+        prompt[node_id(prompt, node)]["inputs"]["source"] = source
+    prompt[node_id(prompt, "FillScopeFluxFillSampler")]["inputs"]["steps"] = 2
+    entry = server.run(prompt, timeout=600)
+    assert entry["status"]["status_str"] == "success"
+    t5 = shapes_doc(entry, prompt, "FillScopeLoadT5")["node"]["facts"]
+    assert any("fp8" in str(k).lower() or "fp8" in str(v).lower() for k, v in t5.items())
+    assert tensors(shapes_doc(entry, prompt, "FillScopeFluxFillCondition"))["fill_condition"]["shape"] == [1, 48, 320]
