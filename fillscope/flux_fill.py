@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from . import vae as vae_ops
 from .errors import FillScopeInputError
 from .latents import ConditionSource, SampledLatent, observer_or_noop, decode_to_image  # noqa: F401  (re-exported: the FLUX path end to end)
+from .latents import require_finite_first_step, require_finite_result
 from .masks import PreparedInput
 from .sampling import euler_step, flux_dynamic_mu, flux_sigmas, initial_noise, truncate_for_denoise
 from .specs import flux_image_ids, flux_scheduler_config, pack_latents, unpack_latents
@@ -167,9 +168,15 @@ def sample_flux_fill(
             if i == 0:
                 observe("transformer.input", model_input)
                 observe("transformer.output", velocity)
+                require_finite_first_step("transformer", velocity, (
+                    ("flux_text", [hidden_text, pooled], "the T5 / CLIP-L text encoder"),
+                    ("condition", condition, "the VAE (masked-image latents)"),
+                    ("condition", x, "the VAE (source latents, denoise < 1)"),
+                ))
             x = euler_step(x, velocity, on_device[i], on_device[i + 1])
             if callback is not None:
                 callback(i + 1, run_steps)
+    require_finite_result("transformer", x)
     out = unpack_latents(x, lh, lw)  # [B,16,h,w]
     observe("latent.unpacked", out)
     info = {"steps_run": run_steps, "mu": mu, "sigma_start": float(sigmas[0]), "tokens": n_tokens}

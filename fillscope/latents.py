@@ -44,6 +44,43 @@ def observer_or_noop(observe):
     return observe if observe is not None else (lambda name, tensor: None)
 
 
+def _all_finite(tensors) -> bool:
+    import torch
+
+    return all(t.device.type == "meta" or bool(torch.isfinite(t).all()) for t in tensors)
+
+
+def require_finite_first_step(model_name: str, output, inputs=()) -> None:
+    """After the first denoiser call: NaN/inf there would run on silently and decode to a black image. One check
+    (one device sync) per run; the inputs are only looked at when the output is bad, to name where it came from.
+    `inputs` = (input name, tensor or tensors, what produced them) in the order they feed the model."""
+    if _all_finite([output]):
+        return
+    for name, tensors, producer in inputs:
+        if not _all_finite(tensors if isinstance(tensors, (list, tuple)) else [tensors]):
+            raise FillScopeInputError(
+                name,
+                f"holds NaN/inf before the first step: {producer}'s weights contain NaN/inf, or fp16 overflowed.",
+                f"check {producer}'s weights file (download it again if it is corrupt) or load it with dtype bf16.",
+            )
+    raise FillScopeInputError(
+        model_name,
+        f"the {model_name} produced NaN/inf at step 1: its weights contain NaN/inf, or fp16 overflowed.",
+        "check the weights file (download it again if it is corrupt) or load it with dtype bf16.",
+    )
+
+
+def require_finite_result(model_name: str, latents) -> None:
+    """After the last step (one more sync): a later step that overflowed must not decode to a black image."""
+    if not _all_finite([latents]):
+        raise FillScopeInputError(
+            model_name,
+            f"the sampled latent holds NaN/inf although the first step of the {model_name} was finite: "
+            "fp16 probably overflowed in a later step.",
+            "load the models with dtype bf16 (or fp32).",
+        )
+
+
 def decode_to_image(vae, latent: SampledLatent, observe=None):
     """[B,16,h,w] -> IMAGE [B,H,W,3] at the user's input size. An empty-mask result is the source itself.
     On the meta device there are no pixel values: the IMAGE is zeros of the right size (the node says so)."""

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from . import vae as vae_ops
 from .errors import FillScopeInputError
-from .latents import ConditionSource, SampledLatent, observer_or_noop
+from .latents import ConditionSource, SampledLatent, observer_or_noop, require_finite_first_step, require_finite_result
 from .masks import PreparedInput
 from .sampling import euler_step, initial_noise, static_shift_sigmas, truncate_for_denoise
 from .specs import scheduler_config
@@ -198,6 +198,12 @@ def sample_sd3_controlnet_inpaint(
                     if k in (0, len(residuals) - 1):
                         observe(f"controlnet.residual[{k}]", r)
                 observe("transformer.output", velocity)
+                require_finite_first_step("transformer", velocity, (
+                    ("positive / negative", [context, pooled], "the CLIP-L / CLIP-G / T5 text encoders"),
+                    ("condition", control, "the VAE (masked-image latents)"),
+                    ("condition", x_in, "the VAE (source latents, denoise < 1)"),
+                    ("controlnet", list(residuals), "the ControlNet"),
+                ))
             if use_cfg:
                 uncond, text = velocity.chunk(2)
                 velocity = uncond + cfg * (text - uncond)
@@ -206,6 +212,7 @@ def sample_sd3_controlnet_inpaint(
             latents = euler_step(latents, velocity, on_device[i], on_device[i + 1])
             if callback is not None:
                 callback(i + 1, run_steps)
+    require_finite_result("transformer", latents)
     observe("latent", latents)
     info = {"steps_run": run_steps, "shift": shift, "sigma_start": float(sigmas[0]), "cfg": cfg,
             "controlnet_residuals": cnet.config.get("num_layers"), "controlnet_steps": controlnet_steps,

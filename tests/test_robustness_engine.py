@@ -1,0 +1,226 @@
+"""The engine's robustness guards on the tiny folders: NaN/inf from any model stops the sampler with an error that
+names where it came from (never a silent black image), and a batch of images with one mask draws its initial
+noise as diffusers does (one randn of [B,16,h,w] from the one generator) and matches diffusers'
+num_images_per_prompt=B run."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+
+import pytest
+import torch
+
+from fillscope import flux_fill, masks, sd3_inpaint, text, vae
+from fillscope.errors import FillScopeInputError
+from fillscope.latents import require_finite_first_step, require_finite_result
+from fillscope.specs import pack_latents
+from tiny_flux import argmax_vae_encode as flux_argmax_vae_encode
+from tiny_flux import build_tiny_flux_fill_folder, load_fill_pipeline
+from tiny_sd3 import argmax_vae_encode as sd3_argmax_vae_encode
+from tiny_sd3 import build_tiny_sd3_controlnet_folder, build_tiny_sd3_folder, load_sd3_inpaint_pipeline
+
+H, W = 48, 64
+PROMPT, NEGATIVE = "a red brick fireplace", "blurry"
+
+
+def rel_err(a, b):
+    return float((a.double() - b.double()).norm() / b.double().norm())
+
+
+def poisoned(comp, param: str, value: float = float("nan")):
+    """A copy of a loaded component with one weight element set to `value` (the original stays intact)."""
+    model = copy.deepcopy(comp.model)
+    with torch.no_grad():
+        dict(model.named_parameters())[param].view(-1)[0] = value
+    return dataclasses.replace(comp, model=model)
+
+
+def image_and_mask(batch: int = 1):
+    g = torch.Generator().manual_seed(3)
+    image = torch.rand(1, H, W, 3, generator=g).expand(batch, -1, -1, -1).contiguous()
+    mask = torch.zeros(1, H, W)  # one mask for the whole batch
+    mask[:, 8:40, 16:48] = 1.0
+    return image, mask
+
+
+# ---- FLUX Fill ------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def flux_folder(tmp_path_factory):
+    return build_tiny_flux_fill_folder(tmp_path_factory.mktemp("flux") / "FLUX.1-Fill-tiny", seed=0)
+
+
+@pytest.fixture(scope="module")
+def flux(flux_folder):
+    kw = {"dtype": "fp32", "device": "cpu"}
+    stack = {
+        "clip_l": text.load_clip_l(flux_folder, **kw),
+        "t5": text.load_t5(flux_folder, **kw),
+        "transformer": flux_fill.load_flux_fill_transformer(flux_folder, **kw),
+        "vae": vae.load_vae(flux_folder, **kw),
+    }
+    stack["text"] = text.flux_text_condition(text.encode_t5(stack["t5"], PROMPT), text.encode_clip_l(stack["clip_l"], PROMPT))
+    return stack
+
+
+def flux_sample(stack, *, batch=1, transformer=None, vae_comp=None, flux_text=None, **kw):
+    image, mask = image_and_mask(batch)
+    cond = flux_fill.build_fill_condition(vae_comp or stack["vae"], masks.prepare_image_and_mask(image, mask))
+    return flux_fill.sample_flux_fill(transformer or stack["transformer"], flux_text or stack["text"], cond,
+                                      **{"steps": 3, "seed": 11, **kw})
+
+
+def test_flux_nan_weight_in_the_transformer_is_an_error_at_step_1(flux):
+    steps_seen = []
+    with pytest.raises(FillScopeInputError) as e:
+        flux_sample(flux, transformer=poisoned(flux["transformer"], "proj_out.weight"),
+                    callback=lambda i, n: steps_seen.append(i))
+    msg = str(e.value)
+    assert "input 'transformer'" in msg and "the transformer produced NaN/inf at step 1" in msg
+    assert "its weights contain NaN/inf, or fp16 overflowed" in msg and "bf16" in msg and "Fix:" in msg
+    assert steps_seen == []  # stopped before the first step completed: no wasted steps, no image
+
+
+def test_flux_inf_weight_is_caught_too(flux):
+    with pytest.raises(FillScopeInputError, match="produced NaN/inf at step 1"):
+        flux_sample(flux, transformer=poisoned(flux["transformer"], "x_embedder.weight", float("inf")))
+
+
+def test_flux_nan_from_the_vae_names_the_condition(flux):
+    with pytest.raises(FillScopeInputError) as e:
+        flux_sample(flux, vae_comp=poisoned(flux["vae"], "encoder.conv_in.weight"))
+    assert "input 'condition'" in str(e.value) and "the VAE" in str(e.value)
+
+
+def test_flux_nan_from_the_text_encoder_names_the_text(flux):
+    bad = dataclasses.replace(flux["text"], t5_hidden=flux["text"].t5_hidden.clone())
+    bad.t5_hidden[0, 0, 0] = float("nan")
+    with pytest.raises(FillScopeInputError) as e:
+        flux_sample(flux, flux_text=bad)
+    assert "input 'flux_text'" in str(e.value) and "text encoder" in str(e.value)
+
+
+def test_flux_nan_in_a_later_step_is_an_error_not_a_black_image(flux):
+    calls = []
+
+    def nan_on_second_call(module, args, kwargs, output):
+        calls.append(1)
+        if len(calls) == 2:
+            return (torch.full_like(output[0], float("nan")),)
+        return output
+
+    handle = flux["transformer"].model.register_forward_hook(nan_on_second_call, with_kwargs=True)
+    try:
+        with pytest.raises(FillScopeInputError) as e:
+            flux_sample(flux, steps=3)
+    finally:
+        handle.remove()
+    assert "the sampled latent holds NaN/inf" in str(e.value) and "fp16 probably overflowed" in str(e.value)
+
+
+def test_flux_finite_run_is_unchanged_by_the_guard(flux):
+    a = flux_sample(flux).latents
+    b = flux_sample(flux).latents
+    assert torch.isfinite(a).all() and torch.equal(a, b)
+
+
+def test_flux_batch_noise_is_one_draw_of_the_whole_batch(flux):
+    seen = {}
+    out = flux_sample(flux, batch=3, observe=lambda name, t: seen.setdefault(name, t.clone()))
+    expected = torch.randn((3, 16, H // 8, W // 8), generator=torch.Generator("cpu").manual_seed(11))
+    assert torch.equal(seen["initial_noise"], expected)
+    assert list(seen["transformer.input"].shape) == [3, (H // 16) * (W // 16), 384]
+    assert list(out.latents.shape) == [3, 16, H // 8, W // 8]
+    single = flux_sample(flux, batch=1).latents
+    assert rel_err(out.latents[:1], single) < 1e-5  # the batch's first draw is the batch-of-1 draw
+    assert rel_err(out.latents[1:2], out.latents[:1]) > 1e-2  # each image gets its own noise
+
+
+def test_flux_batch_matches_diffusers_num_images_per_prompt(flux, flux_folder):
+    image, mask = image_and_mask(2)
+    ours = flux_sample(flux, batch=2, steps=3, guidance=30.0, seed=5).latents
+    pipe = load_fill_pipeline(flux_folder)
+    with flux_argmax_vae_encode():
+        ref = pipe(prompt=PROMPT, image=image[:1].permute(0, 3, 1, 2), mask_image=mask[:, None], height=H, width=W,
+                   num_inference_steps=3, guidance_scale=30.0, generator=torch.Generator("cpu").manual_seed(5),
+                   num_images_per_prompt=2, output_type="latent", max_sequence_length=512).images  # [2,N,64]
+    assert ref.shape[0] == 2
+    assert rel_err(pack_latents(ours), ref) < 1e-4
+
+
+def test_guards_skip_meta_tensors():
+    meta = torch.empty(2, 3, device="meta")
+    require_finite_first_step("transformer", meta, (("condition", meta, "the VAE"),))
+    require_finite_result("transformer", meta)
+
+
+# ---- SD3 + inpainting ControlNet -----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def sd3_folders(tmp_path_factory):
+    root = tmp_path_factory.mktemp("sd3")
+    return build_tiny_sd3_folder(root / "sd3", seed=0), build_tiny_sd3_controlnet_folder(root / "controlnet", seed=0)
+
+
+@pytest.fixture(scope="module")
+def sd3(sd3_folders):
+    folder, cn = sd3_folders
+    kw = {"dtype": "fp32", "device": "cpu"}
+    stack = {
+        "clip_l": text.load_clip_l(folder, **kw),
+        "clip_g": text.load_clip_g(folder, **kw),
+        "t5": text.load_t5(folder, **kw),
+        "transformer": sd3_inpaint.load_sd3_transformer(folder, **kw),
+        "controlnet": sd3_inpaint.load_sd3_controlnet(cn, **kw),
+        "vae": vae.load_vae(folder, kind="sd3", **kw),
+    }
+    for name, prompt in (("positive", PROMPT), ("negative", NEGATIVE)):
+        stack[name] = text.sd3_text_condition(
+            text.encode_clip(stack["clip_l"], prompt), text.encode_clip(stack["clip_g"], prompt),
+            text.encode_t5(stack["t5"], prompt, 256),
+        )
+    return stack
+
+
+def sd3_sample(stack, *, batch=1, transformer=None, controlnet=None, **kw):
+    image, mask = image_and_mask(batch)
+    cond = sd3_inpaint.build_inpaint_condition(stack["vae"], masks.prepare_image_and_mask(image, mask))
+    return sd3_inpaint.sample_sd3_controlnet_inpaint(
+        transformer or stack["transformer"], controlnet or stack["controlnet"], stack["positive"], stack["negative"],
+        cond, **{"steps": 3, "seed": 11, "cfg": 4.0, **kw},
+    )
+
+
+def test_sd3_nan_weight_in_the_transformer_is_an_error_at_step_1(sd3):
+    with pytest.raises(FillScopeInputError) as e:
+        sd3_sample(sd3, transformer=poisoned(sd3["transformer"], "proj_out.weight"))
+    assert "input 'transformer'" in str(e.value) and "produced NaN/inf at step 1" in str(e.value)
+
+
+def test_sd3_nan_weight_in_the_controlnet_names_the_controlnet(sd3):
+    bad = poisoned(sd3["controlnet"], "pos_embed_input.proj.weight")
+    with pytest.raises(FillScopeInputError) as e:
+        sd3_sample(sd3, controlnet=bad)
+    assert "input 'controlnet'" in str(e.value) and "the ControlNet's weights contain NaN/inf" in str(e.value)
+
+
+def test_sd3_batch_noise_and_diffusers_num_images_per_prompt(sd3, sd3_folders):
+    seen = {}
+    ours = sd3_sample(sd3, batch=2, steps=3, cfg=4.0, control_scale=0.9, seed=5, residual_mapping="diffusers",
+                      observe=lambda name, t: seen.setdefault(name, t.clone())).latents
+    expected = torch.randn((2, 16, H // 8, W // 8), generator=torch.Generator("cpu").manual_seed(5))
+    assert torch.equal(seen["initial_noise"], expected)
+    assert list(seen["transformer.input"].shape) == [4, 16, H // 8, W // 8]  # CFG: negative batch, positive batch
+    image, mask = image_and_mask(1)
+    prepared = masks.prepare_image_and_mask(image, mask)
+    pipe = load_sd3_inpaint_pipeline(*sd3_folders)
+    with sd3_argmax_vae_encode(pipe):
+        ref = pipe(prompt=PROMPT, negative_prompt=NEGATIVE, control_image=prepared.image, control_mask=prepared.mask,
+                   height=H, width=W, num_inference_steps=3, guidance_scale=4.0, controlnet_conditioning_scale=0.9,
+                   generator=torch.Generator("cpu").manual_seed(5), num_images_per_prompt=2, output_type="latent",
+                   max_sequence_length=256).images
+    assert ref.shape[0] == 2
+    assert rel_err(ours, ref) < 1e-4
