@@ -362,3 +362,23 @@ class ComfyPage:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.page.screenshot(path=str(path))
         return path
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").lower() not in ("", "0", "false", "no")
+
+
+def require_browser(what: str) -> None:
+    """Skip (outside CI) or fail (in CI) when playwright or Debian's chromium is missing; no browser is downloaded."""
+    import pytest
+
+    missing = []
+    if not playwright_available():
+        missing.append("the playwright Python package (pip install playwright)")
+    if not chromium_path():
+        missing.append("chromium (apt-get install chromium, or set FILLSCOPE_CHROMIUM)")
+    if missing:
+        msg = f"{what} need " + " and ".join(missing) + "; no browser is downloaded"
+        if in_ci():
+            pytest.fail(msg + " -- required in CI", pytrace=False)
+        pytest.skip(msg)

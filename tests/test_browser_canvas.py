@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -18,7 +17,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from browser import ComfyPage, chromium_path, playwright_available  # noqa: E402
+from browser import ComfyPage, require_browser  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 WORKFLOW = REPO / "workflows" / "flux_fill_meta_trace.json"
@@ -34,23 +33,6 @@ SHAPES_REPORT = 12
 pytestmark = pytest.mark.server
 
 
-def _in_ci() -> bool:
-    return os.environ.get("CI", "").lower() not in ("", "0", "false", "no")
-
-
-def _require_browser() -> None:
-    missing = []
-    if not playwright_available():
-        missing.append("the playwright Python package (pip install playwright)")
-    if not chromium_path():
-        missing.append("chromium (apt-get install chromium, or set FILLSCOPE_CHROMIUM)")
-    if missing:
-        msg = "browser canvas tests need " + " and ".join(missing) + "; no browser is downloaded"
-        if _in_ci():
-            pytest.fail(msg + " -- required in CI", pytrace=False)
-        pytest.skip(msg)
-
-
 @pytest.fixture(scope="module")
 def workflow() -> dict:
     return json.loads(WORKFLOW.read_text())
@@ -60,7 +42,7 @@ def workflow() -> dict:
 def canvas(request):
     """One chromium page on the session's ComfyUI server for the whole module (checked for a browser first, so
     a machine without one skips before starting a server)."""
-    _require_browser()
+    require_browser("browser canvas tests")
     server = request.getfixturevalue("served_models")
     with ComfyPage(server.url, viewport=(1920, 1080)) as cp:
         yield cp
