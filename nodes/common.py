@@ -223,6 +223,26 @@ def validate_source(source: str) -> bool | str:
     )
 
 
+def source_fingerprint(source: str):
+    """(name, size, mtime) of the weight files behind a source, so ComfyUI's cache notices a changed file."""
+    if source in (SOURCE_META, SOURCE_PLACEHOLDER):
+        return source
+    try:
+        path = resolve_source(source)
+    except ValueError:  # validate_inputs reports it
+        return source
+    if os.path.isfile(path):
+        st = os.stat(path)
+        return (source, st.st_size, st.st_mtime_ns)
+    files = []
+    for root, _, names in os.walk(path, followlinks=True):
+        for name in names:
+            if name.endswith((".safetensors", ".json")):
+                st = os.stat(os.path.join(root, name))
+                files.append((os.path.relpath(os.path.join(root, name), path), st.st_size, st.st_mtime_ns))
+    return (source, tuple(sorted(files)))
+
+
 def mask_inputs():
     """The explicit mask options every condition node offers, with the same names and defaults."""
     return [

@@ -65,6 +65,11 @@ class _Loader(io.ComfyNode):
         return c.validate_source(source)
 
     @classmethod
+    def fingerprint_inputs(cls, source, **_):
+        """A changed or repaired file reloads: ComfyUI re-runs the loader when the weights on disk change."""
+        return c.source_fingerprint(source)
+
+    @classmethod
     def extra_inputs(cls) -> list:
         return []
 

@@ -35,3 +35,31 @@ def test_comfyui_loads_fillscope_models_and_free_unloads_them(server):
     time.sleep(1.0)  # /free is applied before the next queue item
     assert server.run(prompt, timeout=300)["status"]["status_str"] == "success"
     assert loads(server) > after_first  # unloaded by /free, loaded again for the sampler
+
+
+def test_a_weights_file_changed_on_disk_is_loaded_again(server, comfy_models_dir):
+    """The loaders fingerprint their files: the same prompt after the file changed re-runs the loader instead of
+    answering from ComfyUI's cache (here the new file has a NaN weight, so the sampler must now refuse)."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    from comfy_server import ComfyExecutionError
+
+    src = comfy_models_dir / "diffusers" / "FLUX.1-Fill-dev"
+    folder = comfy_models_dir / "diffusers" / "FLUX.1-Fill-fingerprint"
+    if folder.exists():
+        shutil.rmtree(folder)
+    shutil.copytree(src, folder)
+    prompt = load_api("flux_fill_inpaint")
+    prompt[node_id(prompt, "FillScopeLoadFluxFillTransformer")]["inputs"]["source"] = folder.name
+    prompt[node_id(prompt, "FillScopeFluxFillSampler")]["inputs"].update(steps=2, seed=7)
+    assert server.run(prompt, timeout=300)["status"]["status_str"] == "success"
+
+    weights = folder / "transformer" / "diffusion_pytorch_model.safetensors"
+    state = load_file(str(weights))
+    state["proj_out.weight"][0, 0] = float("nan")
+    save_file(state, str(weights), metadata={"format": "pt"})
+    with pytest.raises(ComfyExecutionError, match="NaN"):
+        server.run(prompt, timeout=300)  # identical prompt: only the file changed
+    shutil.rmtree(folder)
