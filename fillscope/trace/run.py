@@ -18,6 +18,7 @@ from datetime import datetime, timezone
 
 from .. import flux_fill, masks, sd3_inpaint, text
 from ..latents import decode_to_image
+from ..placement import weight_bytes
 from ..weights import Component, count_parameters
 
 MODELS = {"flux-fill": "FLUX.1 Fill [dev]", "sd3-controlnet-inpaint": "SD3 + alimama inpainting ControlNet"}
@@ -181,16 +182,6 @@ def _params(stack: dict[str, Component], unused: dict[str, int], used_note: str)
     }
 
 
-def _weight_bytes(model) -> int:
-    """Bytes of a model's parameters and buffers (each storage once)."""
-    seen, total = set(), 0
-    for t in list(model.parameters()) + list(model.buffers()):
-        if id(t) not in seen:
-            seen.add(id(t))
-            total += t.numel() * t.element_size()
-    return total
-
-
 def _component_peaks(stages, stack, device: str) -> dict:
     """Per stage, what its components would need alone: their weight bytes + the activation peak of the stage
     (on CUDA the peak allocated above what was allocated before it; on meta the estimator's activation peak)."""
@@ -198,7 +189,7 @@ def _component_peaks(stages, stack, device: str) -> dict:
 
     out = {}
     for label, keys, fn in stages:
-        weights = sum(_weight_bytes(stack[k].model) for k in keys)
+        weights = sum(weight_bytes(stack[k].model) for k in keys)
         if device == "cuda":
             raw = measure_peak_cuda(fn)
             activations = raw["bytes"] - raw["before_bytes"]
