@@ -1833,7 +1833,9 @@ _JS = r"""
   function writeHash() {
     var h = "#page=" + cur + "&lang=" + lang;
     if (location.hash === h) { return; }
-    try { history.replaceState(null, "", h); } catch (e) { location.replace(h); }
+    // The hash only bookmarks the page; where it cannot be written (a srcdoc or sandboxed frame) skip it:
+    // navigating instead would load the embedding page's URL into the frame.
+    try { history.replaceState(null, "", h); } catch (e) { /* not bookmarkable here */ }
   }
   function show(p) {
     p = Math.max(1, Math.min(n, parseInt(p, 10) || 1));
