@@ -28,37 +28,23 @@ def largest_module_bytes(model) -> int:
 
 
 def stages_for(model_name, stack):
+    """The graph's stages (fillscope/trace/run.py) from one untraced run's intermediates."""
     from fillscope import flux_fill, masks, sd3_inpaint, text
-    from fillscope.latents import decode_to_image
+    from fillscope.trace.run import flux_graph_stages, sd3_condition, sd3_graph_stages
 
     image, mask = masks.synthetic_image_and_mask(1024, 1024, 0.5)
     prepared = masks.prepare_image_and_mask(image, mask)
     prompt = "a red brick fireplace"
     if model_name == "flux-fill":
         clip, t5 = text.encode_clip(stack["clip_l"], prompt, project=False), text.encode_t5(stack["t5"], prompt)
+        flux_text = text.flux_text_condition(t5, clip)
         cond = flux_fill.build_fill_condition(stack["vae"], prepared)
-        ft = text.flux_text_condition(t5, clip)
-        out = flux_fill.sample_flux_fill(stack["transformer"], ft, cond, steps=1)
-        return [
-            ("text encoders", ["clip_l", "t5"], lambda: (text.encode_clip(stack["clip_l"], prompt, project=False), text.encode_t5(stack["t5"], prompt))),
-            ("VAE encode", ["vae"], lambda: flux_fill.build_fill_condition(stack["vae"], prepared)),
-            ("denoiser step", ["transformer"], lambda: flux_fill.sample_flux_fill(stack["transformer"], ft, cond, steps=1)),
-            ("VAE decode", ["vae"], lambda: decode_to_image(stack["vae"], out)),
-        ]
-
-    def cond_of(p):
-        return text.sd3_text_condition(text.encode_clip(stack["clip_l"], p), text.encode_clip(stack["clip_g"], p), text.encode_t5(stack["t5"], p, 256))
-
-    pos, neg = cond_of(prompt), cond_of("")
+        out = flux_fill.sample_flux_fill(stack["transformer"], flux_text, cond, steps=1)
+        return flux_graph_stages(stack, prompt, prepared, flux_text, cond, out)
+    pos, neg = sd3_condition(stack, prompt), sd3_condition(stack, "")
     cond = sd3_inpaint.build_inpaint_condition(stack["vae"], prepared)
     out = sd3_inpaint.sample_sd3_controlnet_inpaint(stack["transformer"], stack["controlnet"], pos, neg, cond, steps=1)
-    return [
-        ("text encoders", ["clip_l", "clip_g", "t5"], lambda: (cond_of(prompt), cond_of(""))),
-        ("VAE encode", ["vae"], lambda: sd3_inpaint.build_inpaint_condition(stack["vae"], prepared)),
-        ("denoiser step", ["transformer", "controlnet"],
-         lambda: sd3_inpaint.sample_sd3_controlnet_inpaint(stack["transformer"], stack["controlnet"], pos, neg, cond, steps=1)),
-        ("VAE decode", ["vae"], lambda: decode_to_image(stack["vae"], out)),
-    ]
+    return sd3_graph_stages(stack, prompt, "", prepared, pos, neg, cond, out)
 
 
 def main() -> int:

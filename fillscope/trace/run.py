@@ -214,6 +214,37 @@ def _peak_memory(fn, device: str, stages=None, stack=None) -> dict:
     return {**raw, "parts": parts, "provenance": category, "device": device, "method": method}
 
 
+def flux_graph_stages(stack, prompt, prepared, flux_text, cond, out, seed=0) -> list:
+    """The FLUX Fill graph's stages as (label, components, callable) from the intermediates of one run:
+    what the per-stage memory figures measure."""
+    return [
+        ("text encoders", ["clip_l", "t5"], lambda: (text.encode_clip(stack["clip_l"], prompt, project=False),
+                                                     text.encode_t5(stack["t5"], prompt))),
+        ("VAE encode", ["vae"], lambda: flux_fill.build_fill_condition(stack["vae"], prepared)),
+        ("denoiser step", ["transformer"],
+         lambda: flux_fill.sample_flux_fill(stack["transformer"], flux_text, cond, steps=1, seed=seed)),
+        ("VAE decode", ["vae"], lambda: decode_to_image(stack["vae"], out)),
+    ]
+
+
+def sd3_condition(stack, prompt: str):
+    """One prompt's SD3 text condition (CLIP-L, CLIP-G, T5 at 256 tokens)."""
+    return text.sd3_text_condition(text.encode_clip(stack["clip_l"], prompt), text.encode_clip(stack["clip_g"], prompt),
+                                   text.encode_t5(stack["t5"], prompt, 256))
+
+
+def sd3_graph_stages(stack, prompt, negative, prepared, pos, neg, cond, out, seed=0) -> list:
+    """The SD3 ControlNet graph's stages, as flux_graph_stages."""
+    return [
+        ("text encoders", ["clip_l", "clip_g", "t5"], lambda: (sd3_condition(stack, prompt), sd3_condition(stack, negative))),
+        ("VAE encode", ["vae"], lambda: sd3_inpaint.build_inpaint_condition(stack["vae"], prepared)),
+        ("denoiser step", ["transformer", "controlnet"],
+         lambda: sd3_inpaint.sample_sd3_controlnet_inpaint(stack["transformer"], stack["controlnet"], pos, neg, cond,
+                                                           steps=1, seed=seed)),
+        ("VAE decode", ["vae"], lambda: decode_to_image(stack["vae"], out)),
+    ]
+
+
 def trace_flux_fill(stack: dict[str, Component], *, height=1024, width=1024, prompt="a red brick fireplace",
                     mask_fraction=0.5, seed=0, line_trace=True, memory=True) -> dict:
     """stack: clip_l, t5, transformer, vae (from fillscope loaders, any weight source)."""
@@ -234,17 +265,13 @@ def trace_flux_fill(stack: dict[str, Component], *, height=1024, width=1024, pro
         for name, t in (("clip_l.input_ids", clip.input_ids), ("t5.input_ids", t5.input_ids),
                         ("clip_l.pooled", clip.pooled), ("t5.hidden", t5.hidden)):
             figs.tensor(name, t)
+        flux_text = text.flux_text_condition(t5, clip)
         cond = flux_fill.build_fill_condition(stack["vae"], prepared, observe=figs.tensor)
-        out = flux_fill.sample_flux_fill(stack["transformer"], text.flux_text_condition(t5, clip), cond, steps=1,
-                                         seed=seed, observe=figs.tensor)
+        out = flux_fill.sample_flux_fill(stack["transformer"], flux_text, cond, steps=1, seed=seed, observe=figs.tensor)
         decode_to_image(stack["vae"], out, observe=figs.tensor)
     wall = time.perf_counter() - t0
-    flux_text = text.flux_text_condition(t5, clip)
-
-    def denoiser_step():
-        flux_fill.sample_flux_fill(stack["transformer"], flux_text, cond, steps=1, seed=seed)
-
-    flops_total, per_module = count_flops(denoiser_step)
+    stages_ = flux_graph_stages(stack, prompt, prepared, flux_text, cond, out, seed)
+    flops_total, per_module = count_flops(stages_[2][2])  # the denoiser step
     proj = getattr(stack["clip_l"].model, "text_projection", None)
     params = _params(stack, {"clip_l.text_projection": proj.weight.numel() if proj is not None else 0},
                      "what FLUX Fill computes with: as unique, less CLIP-L's text projection (FLUX uses the pooled "
@@ -257,14 +284,7 @@ def trace_flux_fill(stack: dict[str, Component], *, height=1024, width=1024, pro
         o = flux_fill.sample_flux_fill(stack["transformer"], text.flux_text_condition(t, c), fc, steps=1, seed=seed)
         decode_to_image(stack["vae"], o)
 
-    flux_stages = [
-        ("text encoders", ["clip_l", "t5"], lambda: (text.encode_clip(stack["clip_l"], prompt, project=False),
-                                                     text.encode_t5(stack["t5"], prompt))),
-        ("VAE encode", ["vae"], lambda: flux_fill.build_fill_condition(stack["vae"], prepared)),
-        ("denoiser step", ["transformer"], denoiser_step),
-        ("VAE decode", ["vae"], lambda: decode_to_image(stack["vae"], out)),
-    ]
-    peak = _peak_memory(whole_run, device, flux_stages, stack) if memory else None
+    peak = _peak_memory(whole_run, device, stages_, stack) if memory else None
     tr = stack["transformer"]
     cfg = tr.config
     stages = [
@@ -349,49 +369,39 @@ def trace_sd3_controlnet(stack: dict[str, Component], *, height=1024, width=1024
     figs.tensor("source_image", prepared.image)
     models = {k: c.model for k, c in stack.items()}
 
-    def condition(p, observe):
+    def observed_condition(p):
         cl, cg = text.encode_clip(stack["clip_l"], p), text.encode_clip(stack["clip_g"], p)
         t5 = text.encode_t5(stack["t5"], p, 256)
-        if observe is not None:
-            for name, t in (("clip_l.penultimate", cl.penultimate), ("clip_l.text_embeds", cl.text_embeds),
-                            ("clip_g.penultimate", cg.penultimate), ("clip_g.text_embeds", cg.text_embeds),
-                            ("t5.hidden", t5.hidden), ("clip_l.input_ids", cl.input_ids), ("t5.input_ids", t5.input_ids)):
-                observe(name, t)
-        c = text.sd3_text_condition(cl, cg, t5, observe=observe)
-        if observe is not None:
-            observe("joint_context", c.context)
-            observe("pooled", c.pooled)
+        for name, t in (("clip_l.penultimate", cl.penultimate), ("clip_l.text_embeds", cl.text_embeds),
+                        ("clip_g.penultimate", cg.penultimate), ("clip_g.text_embeds", cg.text_embeds),
+                        ("t5.hidden", t5.hidden), ("clip_l.input_ids", cl.input_ids), ("t5.input_ids", t5.input_ids)):
+            figs.tensor(name, t)
+        c = text.sd3_text_condition(cl, cg, t5, observe=figs.tensor)
+        figs.tensor("joint_context", c.context)
+        figs.tensor("pooled", c.pooled)
         return c
 
     mtracer, ltracer = _tracers(models, line_trace)
     t0 = time.perf_counter()
     with mtracer as mt, ltracer as lt:
-        pos, neg = condition(prompt, figs.tensor), condition(negative, None)
+        pos, neg = observed_condition(prompt), sd3_condition(stack, negative)
         cond = sd3_inpaint.build_inpaint_condition(stack["vae"], prepared, observe=figs.tensor)
         out = sd3_inpaint.sample_sd3_controlnet_inpaint(stack["transformer"], stack["controlnet"], pos, neg, cond,
                                                         steps=1, seed=seed, observe=figs.tensor)
         decode_to_image(stack["vae"], out, observe=figs.tensor)
     wall = time.perf_counter() - t0
 
-    def denoiser_step():
-        sd3_inpaint.sample_sd3_controlnet_inpaint(stack["transformer"], stack["controlnet"], pos, neg, cond, steps=1, seed=seed)
-
-    flops_total, per_module = count_flops(denoiser_step)
+    stages_ = sd3_graph_stages(stack, prompt, negative, prepared, pos, neg, cond, out, seed)
+    flops_total, per_module = count_flops(stages_[2][2])  # the denoiser step
     params = _params(stack, {}, "as unique: SD3 uses every instantiated parameter (both CLIP projections included)")
 
     def whole_run():
-        p, n = condition(prompt, None), condition(negative, None)
+        p, n = sd3_condition(stack, prompt), sd3_condition(stack, negative)
         c = sd3_inpaint.build_inpaint_condition(stack["vae"], prepared)
         o = sd3_inpaint.sample_sd3_controlnet_inpaint(stack["transformer"], stack["controlnet"], p, n, c, steps=1, seed=seed)
         decode_to_image(stack["vae"], o)
 
-    sd3_stages = [
-        ("text encoders", ["clip_l", "clip_g", "t5"], lambda: (condition(prompt, None), condition(negative, None))),
-        ("VAE encode", ["vae"], lambda: sd3_inpaint.build_inpaint_condition(stack["vae"], prepared)),
-        ("denoiser step", ["transformer", "controlnet"], denoiser_step),
-        ("VAE decode", ["vae"], lambda: decode_to_image(stack["vae"], out)),
-    ]
-    peak = _peak_memory(whole_run, device, sd3_stages, stack) if memory else None
+    peak = _peak_memory(whole_run, device, stages_, stack) if memory else None
     tr, cn = stack["transformer"], stack["controlnet"]
     cfg = tr.config
     stages = [
