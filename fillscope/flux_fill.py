@@ -16,10 +16,17 @@ from dataclasses import dataclass
 
 from . import vae as vae_ops
 from .errors import FillScopeInputError
-from .latents import ConditionSource, SampledLatent, observer_or_noop, decode_to_image  # noqa: F401  (re-exported: the FLUX path end to end)
-from .latents import require_finite_first_step, require_finite_result
+from .latents import decode_to_image  # noqa: F401  (re-exported: the FLUX path end to end)
+from .latents import (
+    ConditionSource,
+    SampledLatent,
+    observer_or_noop,
+    require_finite_first_step,
+    require_finite_result,
+    starting_point,
+)
 from .masks import PreparedInput
-from .sampling import euler_step, flux_dynamic_mu, flux_sigmas, initial_noise, truncate_for_denoise
+from .sampling import check_steps_and_denoise, euler_step, flux_dynamic_mu, flux_sigmas
 from .specs import flux_image_ids, flux_scheduler_config, pack_latents, unpack_latents
 from .text import FluxTextCondition
 from .weights import Component, load_component
@@ -95,10 +102,7 @@ def sample_flux_fill(
     import torch
 
     observe = observer_or_noop(observe)
-    if steps < 1:
-        raise FillScopeInputError("steps", "must be at least 1.", "set steps to 1 or more.")
-    if not 0.0 < denoise <= 1.0:
-        raise FillScopeInputError("denoise", f"is {denoise}; it must be in (0, 1].", "set denoise between 0.01 and 1.")
+    check_steps_and_denoise(steps, denoise)
     model = transformer.model
     cfg = transformer.config
     if cfg.get("in_channels") != 64 + cond.condition.shape[-1]:
@@ -122,20 +126,9 @@ def sample_flux_fill(
     mu = flux_dynamic_mu(
         n_tokens, sched["base_image_seq_len"], sched["max_image_seq_len"], sched["base_shift"], sched["max_shift"]
     )
-    sigmas = truncate_for_denoise(flux_sigmas(steps, mu), steps, denoise)
+    sigmas, noise, latents = starting_point(cond, flux_sigmas(steps, mu), steps, denoise, (b, 16, lh, lw), seed,
+                                            device, dtype, noise)  # noise, latents: [B,16,h,w]
     run_steps = len(sigmas) - 1
-    if run_steps < 1:
-        raise FillScopeInputError("denoise", f"{denoise} leaves no step out of {steps}.", "raise denoise or steps.")
-
-    if noise is None:
-        noise = initial_noise((b, 16, lh, lw), seed, device, dtype)  # [B,16,h,w]
-    noise = noise.to(device=device, dtype=dtype)
-    if denoise < 1.0:
-        src = cond.source_latents().to(device=device, dtype=dtype)
-        latents = sigmas[0].to(device) * noise + (1.0 - sigmas[0].to(device)) * src
-        latents = latents.to(dtype)
-    else:
-        latents = noise
     x = pack_latents(latents)  # [B,N,64]
 
     condition = cond.condition.to(device=device, dtype=dtype)  # [B,N,320]

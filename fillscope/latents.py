@@ -40,6 +40,25 @@ class ConditionSource:
         return self._source_latents
 
 
+def starting_point(cond: ConditionSource, sigmas, steps: int, denoise: float, shape, seed: int, device, dtype,
+                   noise=None):
+    """(the sigmas this denoise runs, the initial noise [B,16,h,w], the latents the first step starts from): pure
+    noise at denoise 1, else the source noised to the first kept sigma, as diffusers' img2img scale_noise."""
+    from .sampling import initial_noise, truncate_for_denoise
+
+    sigmas = truncate_for_denoise(sigmas, steps, denoise)
+    if len(sigmas) < 2:
+        raise FillScopeInputError("denoise", f"{denoise} leaves no step out of {steps}.", "raise denoise or steps.")
+    if noise is None:
+        noise = initial_noise(shape, seed, device, dtype)
+    noise = noise.to(device=device, dtype=dtype)
+    if denoise == 1.0:
+        return sigmas, noise, noise
+    s0 = sigmas[0].to(device)
+    latents = (s0 * noise + (1.0 - s0) * cond.source_latents().to(device=device, dtype=dtype)).to(dtype)
+    return sigmas, noise, latents
+
+
 def observer_or_noop(observe):
     return observe if observe is not None else (lambda name, tensor: None)
 

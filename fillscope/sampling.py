@@ -43,6 +43,15 @@ def static_shift_sigmas(steps: int, shift: float, num_train_timesteps: int = 100
     return torch.cat([torch.from_numpy(shifted).to(torch.float32), torch.zeros(1)])
 
 
+def check_steps_and_denoise(steps: int, denoise: float) -> None:
+    from .errors import FillScopeInputError
+
+    if steps < 1:
+        raise FillScopeInputError("steps", "must be at least 1.", "set steps to 1 or more.")
+    if not 0.0 < denoise <= 1.0:
+        raise FillScopeInputError("denoise", f"is {denoise}; it must be in (0, 1].", "set denoise between 0.01 and 1.")
+
+
 def truncate_for_denoise(sigmas, steps: int, denoise: float):
     """Keep the last round(steps*denoise) steps, as diffusers' img2img get_timesteps does."""
     init = min(steps * denoise, steps)

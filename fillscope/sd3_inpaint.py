@@ -19,9 +19,16 @@ from dataclasses import dataclass
 
 from . import vae as vae_ops
 from .errors import FillScopeInputError
-from .latents import ConditionSource, SampledLatent, observer_or_noop, require_finite_first_step, require_finite_result
+from .latents import (
+    ConditionSource,
+    SampledLatent,
+    observer_or_noop,
+    require_finite_first_step,
+    require_finite_result,
+    starting_point,
+)
 from .masks import PreparedInput
-from .sampling import euler_step, initial_noise, static_shift_sigmas, truncate_for_denoise
+from .sampling import check_steps_and_denoise, euler_step, static_shift_sigmas
 from .specs import scheduler_config
 from .text import SD3TextCondition
 from .weights import Component, load_component
@@ -114,10 +121,7 @@ def sample_sd3_controlnet_inpaint(
     observe = observer_or_noop(observe)
     if residual_mapping not in RESIDUAL_MAPPINGS:
         raise FillScopeInputError("residual_mapping", f"unknown {residual_mapping!r}.", f"use one of {', '.join(RESIDUAL_MAPPINGS)}.")
-    if steps < 1:
-        raise FillScopeInputError("steps", "must be at least 1.", "set steps to 1 or more.")
-    if not 0.0 < denoise <= 1.0:
-        raise FillScopeInputError("denoise", f"is {denoise}; it must be in (0, 1].", "set denoise between 0.01 and 1.")
+    check_steps_and_denoise(steps, denoise)
     if not 0.0 <= control_start < control_end <= 1.0:
         raise FillScopeInputError("control_start", f"start {control_start} / end {control_end} leave no step.", "use 0 <= start < end <= 1.")
     model, cnet = transformer.model, controlnet.model
@@ -136,19 +140,9 @@ def sample_sd3_controlnet_inpaint(
         return SampledLatent(cond.control[:, :16], cond.prepared, "sd3", unchanged=True, info={"skipped": "empty mask"})
 
     shift = scheduler_config("sd3")["shift"] if shift is None else shift
-    sigmas = truncate_for_denoise(static_shift_sigmas(steps, shift), steps, denoise)
+    sigmas, noise, latents = starting_point(cond, static_shift_sigmas(steps, shift), steps, denoise, (b, 16, lh, lw),
+                                            seed, device, dtype, noise)  # noise, latents: [B,16,h,w]
     run_steps = len(sigmas) - 1
-    if run_steps < 1:
-        raise FillScopeInputError("denoise", f"{denoise} leaves no step out of {steps}.", "raise denoise or steps.")
-
-    if noise is None:
-        noise = initial_noise((b, 16, lh, lw), seed, device, dtype)  # [B,16,h,w]
-    noise = noise.to(device=device, dtype=dtype)
-    if denoise < 1.0:
-        s0 = sigmas[0].to(device)
-        latents = (s0 * noise + (1.0 - s0) * cond.source_latents().to(device=device, dtype=dtype)).to(dtype)
-    else:
-        latents = noise
 
     def batch(t, n):
         return t.to(device=device, dtype=dtype).expand(n, *t.shape[1:])
