@@ -7,6 +7,7 @@ from pathlib import Path
 
 from comfy_api.latest import io
 
+from ..fillscope.weights import META, PLACEHOLDER
 from ..fillscope.trace.records import ShapeRecorder, Traced, format_record, merge_trails, shapes_document, shapes_json
 
 CATEGORY = "FillScope"
@@ -28,8 +29,7 @@ FillCondition = io.Custom("FS_FILL_CONDITION")
 SD3Condition = io.Custom("FS_SD3_CONDITION")
 Latent = io.Custom("FS_LATENT")
 
-SOURCE_META = "meta"
-SOURCE_PLACEHOLDER = "placeholder"
+SOURCE_META, SOURCE_PLACEHOLDER = META, PLACEHOLDER  # the engine's weight-source names
 DTYPES = ["bf16", "fp16", "fp32"]
 DEVICES = ["auto", "cpu", "cuda"]
 
@@ -124,17 +124,6 @@ def source_options(kinds=None) -> list[str]:
     return diffusers_folders() + files + [SOURCE_PLACEHOLDER, SOURCE_META]
 
 
-def source_input(tooltip: str):
-    return io.Combo.Input(
-        "source",
-        options=source_options(),
-        default=SOURCE_META,
-        tooltip=tooltip
-        + " A diffusers-format folder under models/diffusers, 'placeholder' (full topology, deterministic values,"
-        " needs the memory of the real model) or 'meta' (full topology, shapes only, no memory).",
-    )
-
-
 def _split_file_source(source: str):
     """(ComfyUI folder name, relative file name) of a "<folder>/<file>" entry, else None."""
     folder, sep, rest = source.replace("\\", "/").partition("/")
@@ -143,19 +132,27 @@ def _split_file_source(source: str):
     return None
 
 
-def _file_path(folder: str, rest: str) -> tuple[str | None, str | None]:
-    """(absolute path inside one of the folder's ComfyUI paths, or None; an error when `rest` escapes them)."""
+def _find_in(folder: str, rest: str, exists, shown: str, choose: str) -> tuple[str | None, str | None]:
+    """(absolute path of `rest` inside one of ComfyUI's `folder` paths that passes `exists`, or None; an error
+    when `rest` escapes them)."""
     import folder_paths
 
-    bases = [os.path.realpath(b) for b in folder_paths.get_folder_paths(folder)]
-    for base in bases:
+    for base in [os.path.realpath(b) for b in folder_paths.get_folder_paths(folder)]:
         path = os.path.realpath(os.path.join(base, rest))
         if os.path.commonpath([path, base]) != base:
-            return None, (f"[FillScope] input 'source': '{folder}/{rest}' points outside ComfyUI's models/{folder} folders. "
-                          "Fix: choose a file listed in the menu.")
-        if os.path.isfile(path):
+            return None, (f"[FillScope] input 'source': '{shown}' points outside ComfyUI's models/{folder} folders. "
+                          f"Fix: choose {choose}.")
+        if exists(path):
             return path, None
     return None, None
+
+
+def _file_path(folder: str, rest: str) -> tuple[str | None, str | None]:
+    return _find_in(folder, rest, os.path.isfile, f"{folder}/{rest}", "a file listed in the menu")
+
+
+def _diffusers_path(source: str) -> tuple[str | None, str | None]:
+    return _find_in("diffusers", source, os.path.isdir, source, "a folder listed in the menu, or 'placeholder' / 'meta'")
 
 
 def resolve_source(source: str) -> str:
@@ -174,11 +171,12 @@ def resolve_source(source: str) -> str:
             return path
         bases = folder_paths.get_folder_paths(split[0])
         return os.path.join(bases[0], split[1]) if bases else split[1]
-    bases = [os.path.realpath(b) for b in folder_paths.get_folder_paths("diffusers")]
-    for base in bases:
-        path = os.path.realpath(os.path.join(base, source))
-        if os.path.commonpath([path, base]) == base and os.path.isdir(path):
-            return path
+    path, error = _diffusers_path(source)
+    if error:
+        raise ValueError(error)
+    if path:
+        return path
+    bases = folder_paths.get_folder_paths("diffusers")
     return os.path.join(bases[0], source) if bases else source
 
 
@@ -204,16 +202,12 @@ def validate_source(source: str) -> bool | str:
         return (f"[FillScope] input 'source': file '{rest}' was not found in ComfyUI's models/{folder} folders "
                 f"({', '.join(folder_paths.get_folder_paths(folder)) or 'none configured'}). Fix: put the file there and "
                 "press Refresh, or choose another entry.")
-    bases = [os.path.realpath(b) for b in folder_paths.get_folder_paths("diffusers")]
-    for base in bases:
-        path = os.path.realpath(os.path.join(base, source))
-        if os.path.commonpath([path, base]) != base:
-            return (
-                f"[FillScope] input 'source': '{source}' points outside ComfyUI's models/diffusers folders. "
-                "Fix: choose a folder listed in the menu, or 'placeholder' / 'meta'."
-            )
-        if os.path.isdir(path):
-            return True
+    path, error = _diffusers_path(source)
+    if error:
+        return error
+    if path:
+        return True
+    bases = folder_paths.get_folder_paths("diffusers")
     return (
         f"[FillScope] input 'source': model folder '{source}' was not found under models/diffusers "
         f"({', '.join(bases) or 'no diffusers folder configured'}). Fix: put the diffusers-format repository "
