@@ -2,8 +2,9 @@
 (fillscope/placement.py), full production topology with placeholder weights, bf16, 1024x1024.
 
 Policies as the nodes apply them (each component placed with `placement.in_use` for its own stage):
-keep (everything resident), auto (text encoders and VAE offloaded after use, transformer kept),
-sequential (every component streamed module by module from CPU memory). Peak = max_memory_allocated over
+keep (everything resident), auto (left resident until FillScope's budget needs the room: the transformer goes back
+for the VAE decode), offload (back to pinned CPU memory after every use), sequential (every component streamed
+module by module from pinned CPU memory). Moves are by pointer from pinned host copies (fillscope/placement.py). Peak = max_memory_allocated over
 the whole graph (text encoders, VAE encode, N steps, VAE decode) after the components start where the policy
 leaves them. `--tiny` runs the code path on the tiny test folder on the CPU.
 """
@@ -70,11 +71,13 @@ def main() -> int:
         sync(); stages["decode"] = time.perf_counter() - t  # noqa: E702
         return stages
 
-    def measure(policy):
+    def measure(policy, label=None):
         # start where the policy leaves components between uses
         for comp in stack.values():
-            start = "cpu" if placement.resolve_policy(policy, comp.kind) in ("offload", "sequential") else dev
-            placement.move(comp, start)
+            if policy == "keep":
+                placement.move(comp, dev)
+            else:  # the loaders leave every other policy's weights in CPU memory (pinned on first use)
+                placement.send_back(comp, "cpu")
         if cuda:
             torch.cuda.empty_cache()
         graph(policy)  # warm-up (and leaves components where the policy keeps them)
@@ -86,7 +89,7 @@ def main() -> int:
             t0 = time.perf_counter()
             stage_runs.append(graph(policy))
             walls.append(time.perf_counter() - t0)
-        results["policies"][policy] = {
+        results["policies"][label or policy] = {
             "wall_s": statistics.median(walls),
             "stages_s": {k: round(statistics.median(r[k] for r in stage_runs), 4) for k in stage_runs[0]},
             "sampler_ms_per_step": 1000 * statistics.median(r["sampler"] for r in stage_runs) / args.steps,
@@ -94,7 +97,7 @@ def main() -> int:
             "peak_bytes": torch.cuda.max_memory_allocated() if cuda else None,
         }
 
-    for policy in ("keep", "auto", "sequential"):
+    for policy in ("keep", "auto", "offload", "sequential"):
         try:
             measure(policy)
         except Exception:  # report and go on: the other policies still measure
@@ -103,16 +106,29 @@ def main() -> int:
             results["policies"][policy] = {"error": traceback.format_exc()[-2000:]}
             print(f"--- {policy} failed ---\n{results['policies'][policy]['error']}")
 
+    results["pinned_host_bytes"] = placement._pinned_total
+    try:  # the loaders' storage = fp8_e4m3fn on T5 and the transformer, then the default policy again
+        from fillscope.fp8 import store_blocks_in_fp8
+
+        for key in ("t5", "transformer"):
+            placement.send_back(stack[key], "cpu")
+            results.setdefault("fp8_storage", {})[key] = store_blocks_in_fp8(stack[key])
+        measure("auto", "auto + fp8 storage")
+    except Exception:
+        import traceback
+
+        results["policies"]["auto + fp8 storage"] = {"error": traceback.format_exc()[-2000:]}
+        print(f"--- auto + fp8 storage failed ---\n{results['policies']['auto + fp8 storage']['error']}")
     (args.out / "gpu_memory.json").write_text(json.dumps(results, indent=1))
     print(json.dumps({k: v for k, v in results.items() if k != "policies"}))
-    print(f"{'policy':<11} {'peak GiB':>9} {'resident between uses GiB':>26} {'graph s':>8} {'sampler ms/step':>16}")
+    print(f"{'policy':<19} {'peak GiB':>9} {'resident between uses GiB':>26} {'graph s':>8} {'sampler ms/step':>16}")
     for policy, r in results["policies"].items():
         if "error" in r:
-            print(f"{policy:<11} failed (see above)")
+            print(f"{policy:<19} failed (see above)")
             continue
         peak = "-" if r["peak_bytes"] is None else f"{r['peak_bytes'] / 2**30:.2f}"
         res = "-" if r["resident_before_bytes"] is None else f"{r['resident_before_bytes'] / 2**30:.2f}"
-        print(f"{policy:<11} {peak:>9} {res:>26} {r['wall_s']:>8.3f} {r['sampler_ms_per_step']:>16.1f}")
+        print(f"{policy:<19} {peak:>9} {res:>26} {r['wall_s']:>8.3f} {r['sampler_ms_per_step']:>16.1f}")
     return 0
 
 

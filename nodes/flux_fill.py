@@ -29,7 +29,7 @@ class FluxFillCondition(io.ComfyNode):
 
         rec = ShapeRecorder("FillScopeFluxFillCondition", "FLUX Fill condition")
         prepared = c.prepare_masked_input(rec, image, mask, invert_mask, threshold, grow, feather, size_mode)
-        with memory.use(vae.value):
+        with memory.use(vae.value, rec=rec):
             cond = build_fill_condition(vae.value, prepared, observe=rec.observe)
         rec.fact("tokens", cond.tokens)
         return c.finish(rec, (vae,), cond, wrap=(0,))
@@ -67,7 +67,7 @@ class FluxFillSampler(io.ComfyNode):
 
         rec = ShapeRecorder("FillScopeFluxFillSampler", "FLUX Fill sampler")
         cb = c.progress_callback(steps)
-        with memory.use(transformer.value):
+        with memory.use(transformer.value, rec=rec):
             out = sample_flux_fill(
                 transformer.value, flux_text.value, condition.value,
                 steps=steps, guidance=guidance, seed=seed, denoise=denoise, callback=cb, observe=rec.observe,

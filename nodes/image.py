@@ -27,7 +27,7 @@ class VAEDecode(io.ComfyNode):
         rec = ShapeRecorder("FillScopeVAEDecode", "VAE decode")
         lat = latent.value
         rec.tensor("latent.unpacked", lat.latents, "input")
-        with memory.use(vae.value):
+        with memory.use(vae.value, rec=rec):
             image = decode_to_image(vae.value, lat, observe=rec.observe)
         rec.tensor("image", image)
         if lat.unchanged:

@@ -21,6 +21,7 @@ class _Loader(io.ComfyNode):
     SOCKET = None
     OUTPUT = ""
     KINDS: tuple = ()  # component kinds whose single files this loader lists
+    FP8_STORAGE = False  # offers `storage`: the blocks' weights in fp8 (the big models)
 
     @classmethod
     def define_schema(cls):
@@ -39,11 +40,13 @@ class _Loader(io.ComfyNode):
                              tooltip="Seed of the deterministic placeholder values (used by 'placeholder' only)."),
                 io.Combo.Input(
                     "memory", options=["auto", "keep", "offload", "sequential"], default="auto", optional=True,
-                    tooltip="Where the weights live between uses. auto: text encoders and VAE go back to CPU memory "
-                            "after use, denoisers stay (ComfyUI still frees them when it needs room); keep: stay on the "
-                            "GPU; offload: back to CPU memory after every use; sequential: streamed module by module "
-                            "(smallest VRAM, slowest).",
+                    tooltip="Where the weights live between uses. auto: stay on the GPU after use until another "
+                            "FillScope component needs the room (FillScope never holds more than its largest component "
+                            "or the current node's needs; FLUX Fill 1024 peaks at ~22.6 GiB); keep: loaded onto the GPU "
+                            "and left there (fastest on 40 GB+ cards); offload: back to CPU memory after every use; "
+                            "sequential: streamed module by module (smallest VRAM, slowest).",
                 ),
+                *cls.storage_inputs(),
             ],
             outputs=[cls.SOCKET.Output(cls.OUTPUT, display_name=cls.OUTPUT), c.shapes_output()],
         )
@@ -74,14 +77,36 @@ class _Loader(io.ComfyNode):
         return []
 
     @classmethod
-    def execute(cls, source, dtype, device, placeholder_seed, memory="auto", **extra) -> io.NodeOutput:
-        from ..fillscope.placement import resolve_policy
-        from ..fillscope.weights import count_parameters
+    def storage_inputs(cls) -> list:
+        if not cls.FP8_STORAGE:
+            return []
+        return [io.Combo.Input(
+            "storage", options=["as loaded", "fp8_e4m3fn"], default="as loaded", optional=True,
+            tooltip="fp8_e4m3fn: the repeated blocks' weights are kept in float8 (half the memory of bf16) and upcast "
+                    "to the dtype one layer at a time; embedders, norms and output layers stay as loaded. For 12-16 GB "
+                    "cards; outputs differ slightly from bf16 weights. Files that are already fp8 stay as they are.")]
+
+    @classmethod
+    def execute(cls, source, dtype, device, placeholder_seed, memory="auto", storage="as loaded", **extra) -> io.NodeOutput:
+        from ..fillscope.placement import RESIDENCY, resolve_policy
+        from ..fillscope.weights import count_parameters, resolve_device
 
         rec = ShapeRecorder(cls.NODE_ID, cls.DISPLAY.removeprefix("FillScope "))
-        comp = cls.load(c.resolve_source(source), dtype=dtype, device=device, seed=placeholder_seed, **extra)
+        resolved = c.resolve_source(source)
+        compute = resolve_device(device, str(resolved))
+        # only `keep` loads straight onto the GPU; the others wait in CPU memory until a node needs them, so
+        # loading a whole graph never holds every component on the card at once
+        load_on = compute if resolve_policy(memory) == "keep" or compute == "meta" else "cpu"
+        comp = cls.load(resolved, dtype=dtype, device=load_on, seed=placeholder_seed, **extra)
+        if storage == "fp8_e4m3fn":
+            from ..fillscope.fp8 import store_blocks_in_fp8
+
+            comp.extras.setdefault("facts", {})["fp8 storage"] = store_blocks_in_fp8(comp)
         comp.extras["memory"] = memory
-        rec.fact("memory policy", f"{memory} -> {resolve_policy(memory, comp.kind)}")
+        comp.extras["compute_device"] = compute
+        RESIDENCY.register(comp, memory)  # after any fp8 cast: the budget counts the bytes it holds
+        rec.fact("memory policy", memory)
+        rec.fact("compute device", compute)
         unique, tied = count_parameters(comp.model)
         rec.fact("class", type(comp.model).__name__)
         rec.fact("weights", comp.provenance)
@@ -130,6 +155,7 @@ class LoadT5(_Loader):
                       "or an fp8 file: fp8 weights stay fp8 and are computed in the chosen dtype layer by layer).")
     SOCKET = c.T5
     KINDS = ("t5_xxl",)
+    FP8_STORAGE = True
     OUTPUT = "t5"
 
     @classmethod
@@ -146,6 +172,7 @@ class LoadFluxFillTransformer(_Loader):
     SOURCE_TOOLTIP = "Where the FLUX.1 Fill transformer comes from (a repo's transformer/, or diffusion_models/flux1-fill-dev.safetensors)."
     SOCKET = c.FluxFillModel
     KINDS = ("flux_fill_transformer",)
+    FP8_STORAGE = True
     OUTPUT = "transformer"
 
     @classmethod
@@ -214,6 +241,7 @@ class LoadSD3Transformer(_Loader):
     SOURCE_TOOLTIP = "Where the SD3 transformer comes from (an SD3 repo's transformer/, or an SD3 / SD3.5 .safetensors file)."
     SOCKET = c.SD3Model
     KINDS = ("sd3_transformer",)
+    FP8_STORAGE = True
     OUTPUT = "transformer"
 
     @classmethod
@@ -245,6 +273,7 @@ class LoadSD3ControlNet(_Loader):
                       "or its diffusion_pytorch_model.safetensors in models/controlnet).")
     SOCKET = c.SD3ControlNet
     KINDS = ("sd3_controlnet",)
+    FP8_STORAGE = True
     OUTPUT = "controlnet"
 
     @classmethod

@@ -66,7 +66,7 @@ class _PatcherMixin:
         return freed
 
     def detach(self, unpatch_all=True):
-        placement.move(self.component, self.offload_device)
+        placement.send_back(self.component, self.offload_device)
         self.model.device = self.offload_device
         self.model.model_loaded_weight_memory = 0
         return self.model
@@ -80,27 +80,44 @@ def patcher(component):
         return None
     p = component.extras.get("comfy_patcher")
     if p is None:
-        p = _classes()[1](component, mm.get_torch_device(), mm.unet_offload_device())
+        import torch
+
+        compute = component.extras.get("compute_device")
+        load_device = torch.device(compute) if compute else mm.get_torch_device()
+        p = _classes()[1](component, load_device, mm.unet_offload_device())
         component.extras["comfy_patcher"] = p
     return p
 
 
 @contextmanager
-def use(*components):
-    """Have ComfyUI load the components for one node's work (freeing others if it must), then apply each
-    component's policy (extras["memory"], set by its loader; default auto)."""
+def use(*components, rec=None):
+    """Have ComfyUI load the components for one node's work, then apply each component's policy (extras["memory"],
+    set by its loader; default auto). Before loading, `auto` components another use left resident go back to CPU
+    memory as far as FillScope's budget needs (fillscope.placement.Residency); ComfyUI may free more under pressure.
+    With `rec` (the node's ShapeRecorder), what moved is recorded on the node."""
     import comfy.model_management as mm
+
     def policy(c):
         return placement.resolve_policy(c.extras.get("memory", "auto"), c.kind)
 
     live = [c for c in components if c.device != "meta"]
-    patchers = [patcher(c) for c in live if policy(c) != "sequential"]
-    if patchers:
-        mm.load_models_gpu(patchers)
+    whole = [c for c in live if policy(c) != "sequential"]
+    arriving = [c for c in whole if not placement.RESIDENCY.is_resident(c)]
+    evicted = placement.RESIDENCY.admit(whole, {id(c): policy(c) for c in whole})
+    for other in evicted:
+        p = other.extras.get("comfy_patcher")
+        if p is not None:
+            _unload(p)
+        else:
+            placement.send_back(other, mm.unet_offload_device())
+    if whole:
+        mm.load_models_gpu([patcher(c) for c in whole])
+    if rec is not None and live:
+        _record_moves(rec, arriving, evicted, whole)
     sequential = []
     for c in live:
         if policy(c) == "sequential":  # streamed block by block: never loaded whole
-            ctx = placement.in_use(c, mm.get_torch_device(), "sequential", mm.unet_offload_device())
+            ctx = placement.in_use(c, patcher(c).load_device, "sequential", mm.unet_offload_device())
             ctx.__enter__()
             sequential.append(ctx)
     try:
@@ -108,10 +125,30 @@ def use(*components):
     finally:
         for ctx in sequential:
             ctx.__exit__(None, None, None)
-        for c in live:
+        placement.RESIDENCY.release(whole)
+        for c in whole:
             p = c.extras.get("comfy_patcher")
             if p is not None and policy(c) == "offload":
                 _unload(p)
+
+
+def _gib(nbytes: int) -> str:
+    return f"{nbytes / 2**30:.2f} GiB"
+
+
+def _record_moves(rec, arriving, evicted, whole) -> None:
+    from ..fillscope.specs import COMPONENTS
+
+    def name(c):
+        kind = COMPONENTS.get(c.kind)
+        return kind.title if kind else c.kind
+
+    sizes = {id(c): placement.weight_bytes(c.model) for c in list(arriving) + list(evicted) + list(whole)}
+    rec.fact("memory: loaded for this node", ", ".join(f"{name(c)} ({_gib(sizes[id(c)])})" for c in arriving) or "nothing (already resident)")
+    if evicted:
+        rec.fact("memory: sent back to make room", ", ".join(f"{name(c)} ({_gib(sizes[id(c)])})" for c in evicted))
+    rec.fact("memory: FillScope resident / budget",
+             f"{_gib(placement.RESIDENCY.resident_bytes())} / {_gib(placement.RESIDENCY.budget(sum(sizes[id(c)] for c in whole)))}")
 
 
 def _unload(p) -> None:

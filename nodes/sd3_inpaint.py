@@ -29,7 +29,7 @@ class SD3InpaintCondition(io.ComfyNode):
 
         rec = ShapeRecorder("FillScopeSD3InpaintCondition", "SD3 inpaint condition")
         prepared = c.prepare_masked_input(rec, image, mask, invert_mask, threshold, grow, feather, size_mode)
-        with memory.use(vae.value):
+        with memory.use(vae.value, rec=rec):
             cond = build_inpaint_condition(vae.value, prepared, observe=rec.observe)
         return c.finish(rec, (vae,), cond, wrap=(0,))
 
@@ -77,7 +77,7 @@ class SD3ControlNetInpaintSampler(io.ComfyNode):
         from ..fillscope.sd3_inpaint import sample_sd3_controlnet_inpaint
 
         rec = ShapeRecorder("FillScopeSD3ControlNetInpaintSampler", "SD3 ControlNet inpaint sampler")
-        with memory.use(transformer.value, controlnet.value):
+        with memory.use(transformer.value, controlnet.value, rec=rec):
             out = sample_sd3_controlnet_inpaint(
                 transformer.value, controlnet.value, positive.value, negative.value, condition.value,
                 steps=steps, cfg=cfg, control_scale=control_scale, control_start=control_start,

@@ -28,7 +28,7 @@ class CLIPLEncode(io.ComfyNode):
         from ..fillscope.text import encode_clip_l
 
         rec = ShapeRecorder("FillScopeCLIPLEncode", "CLIP-L encode")
-        with memory.use(clip_l.value):
+        with memory.use(clip_l.value, rec=rec):
             out = encode_clip_l(clip_l.value, text)
         record_clip(rec, "clip_l", out)
         return c.finish(rec, (clip_l,), out, wrap=(0,))
@@ -62,7 +62,7 @@ class CLIPGEncode(io.ComfyNode):
         from ..fillscope.text import encode_clip
 
         rec = ShapeRecorder("FillScopeCLIPGEncode", "CLIP-G encode")
-        with memory.use(clip_g.value):
+        with memory.use(clip_g.value, rec=rec):
             out = encode_clip(clip_g.value, text)
         record_clip(rec, "clip_g", out)
         return c.finish(rec, (clip_g,), out, wrap=(0,))
@@ -89,7 +89,7 @@ class T5Encode(io.ComfyNode):
         from ..fillscope.text import encode_t5
 
         rec = ShapeRecorder("FillScopeT5Encode", "T5-XXL encode")
-        with memory.use(t5.value):
+        with memory.use(t5.value, rec=rec):
             out = encode_t5(t5.value, text, max_length)
         rec.tensor("t5.input_ids", out.input_ids, "input")
         rec.tensor("t5.hidden", out.hidden)

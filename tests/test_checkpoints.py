@@ -251,6 +251,12 @@ def test_fp8_t5_stays_fp8_and_matches_the_bf16_upcast_reference(tiny, file):
     assert b.hidden.dtype == torch.bfloat16
     torch.testing.assert_close(b.hidden, a.hidden, rtol=1e-5, atol=1e-6)
     assert q.dtype == torch.float8_e4m3fn  # put back after the forward
+    from fillscope import placement
+
+    with placement.in_use(got, "cpu", "sequential"):  # streaming runs before the upcast hooks and after them
+        streamed = text.encode_t5(got, "a red fox", max_length=32)
+    assert torch.equal(streamed.hidden, b.hidden)
+    assert q.dtype == torch.float8_e4m3fn
 
 
 # ------------------------------------------------------------------------------------------------------------

@@ -25,6 +25,8 @@ def test_comfyui_loads_fillscope_models_and_free_unloads_them(server):
     prompt = load_api("flux_fill_inpaint")
     sampler = node_id(prompt, "FillScopeFluxFillSampler")
     prompt[sampler]["inputs"].update(steps=2, seed=101)
+    server.free()  # earlier tests on this server may have left everything resident (auto keeps what fits)
+    time.sleep(1.0)
     before = loads(server)
     assert server.run(prompt, timeout=300)["status"]["status_str"] == "success"
     after_first = loads(server)
@@ -63,3 +65,44 @@ def test_a_weights_file_changed_on_disk_is_loaded_again(server, comfy_models_dir
     with pytest.raises(ComfyExecutionError, match="NaN"):
         server.run(prompt, timeout=300)  # identical prompt: only the file changed
     shutil.rmtree(folder)
+
+
+def _gib(text: str) -> list[float]:
+    import re
+
+    return [float(x) for x in re.findall(r"([0-9.]+) GiB", text)]
+
+
+def test_each_model_node_reports_what_it_loaded_and_stays_within_the_budget(server):
+    """Under the default `auto`, FillScope's resident weights never exceed its budget (the largest component, or
+    what the node in hand needs), and every node that used a model says what it loaded and what went back."""
+    from workflow_helpers import shapes_doc
+
+    prompt = load_api("flux_fill_inpaint")
+    sampler = node_id(prompt, "FillScopeFluxFillSampler")
+    text_node = node_id(prompt, "FillScopeT5Encode")
+    for i, text in enumerate(("a stone wall", "a wooden door")):
+        prompt[text_node]["inputs"]["text"] = text
+        prompt[sampler]["inputs"].update(steps=2, seed=300 + i)
+        entry = server.run(prompt, timeout=300)
+        ran = [cls for cls in ("FillScopeT5Encode", "FillScopeFluxFillCondition", "FillScopeFluxFillSampler",
+                               "FillScopeVAEDecode") if node_id(prompt, cls) in entry["outputs"]]
+        assert {"FillScopeT5Encode", "FillScopeFluxFillSampler", "FillScopeVAEDecode"} <= set(ran)  # the rest may be cached
+        for cls in ran:
+            facts = shapes_doc(entry, prompt, cls)["node"]["facts"]
+            assert "memory: loaded for this node" in facts, cls
+            resident, budget = _gib(facts["memory: FillScope resident / budget"])
+            assert resident <= budget, (cls, facts)
+
+
+def test_fp8_storage_switch_runs_the_graph_and_says_what_it_stored(server):
+    from workflow_helpers import shapes_doc
+
+    prompt = load_api("flux_fill_inpaint")
+    loader = node_id(prompt, "FillScopeLoadFluxFillTransformer")
+    prompt[loader]["inputs"]["storage"] = "fp8_e4m3fn"
+    prompt[node_id(prompt, "FillScopeFluxFillSampler")]["inputs"].update(steps=2, seed=77)
+    entry = server.run(prompt, timeout=300)
+    assert entry["status"]["status_str"] == "success"
+    facts = shapes_doc(entry, prompt, "FillScopeLoadFluxFillTransformer")["node"]["facts"]
+    assert "stored in fp8_e4m3fn" in facts["fp8 storage"]

@@ -1,0 +1,54 @@
+"""The `storage = fp8_e4m3fn` switch: the repeated blocks' Linear weights kept in float8 (half their bf16 bytes),
+computed in the loader's dtype one layer at a time; close to, not equal to, the bf16 result."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fillscope import flux_fill, masks, placement, text
+from fillscope.fp8 import store_blocks_in_fp8
+from tiny_flux import build_tiny_flux_fill_folder
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    return build_tiny_flux_fill_folder(tmp_path_factory.mktemp("tiny") / "f", seed=0)
+
+
+def _sample(folder, fp8: bool):
+    kw = dict(dtype="bf16", device="cpu")
+    tr = flux_fill.load_flux_fill_transformer(folder, **kw)
+    fact = store_blocks_in_fp8(tr) if fp8 else None
+    from fillscope import vae
+
+    clip, t5 = text.load_clip_l(folder, **kw), text.load_t5(folder, **kw)
+    image, mask = masks.synthetic_image_and_mask(64, 48, 0.5)
+    cond = flux_fill.build_fill_condition(vae.load_vae(folder, **kw), masks.prepare_image_and_mask(image, mask))
+    cond_text = text.flux_text_condition(text.encode_t5(t5, "a cat"), text.encode_clip(clip, "a cat", project=False))
+    return tr, fact, flux_fill.sample_flux_fill(tr, cond_text, cond, steps=2, seed=3).latents
+
+
+def test_fp8_storage_halves_the_block_weights_and_stays_close_to_bf16(folder):
+    ref_tr, _, ref = _sample(folder, fp8=False)
+    tr, fact, got = _sample(folder, fp8=True)
+    fp8 = {n for n, p in tr.model.named_parameters() if p.dtype == torch.float8_e4m3fn}
+    assert fp8 and all(".transformer_blocks." in f".{n}" or "single_transformer_blocks." in n for n in fp8)
+    assert tr.model.x_embedder.weight.dtype == torch.bfloat16 and tr.model.proj_out.weight.dtype == torch.bfloat16
+    assert tr.model.dtype == torch.bfloat16  # what pipelines cast their inputs to
+    block_bytes = sum(p.numel() for n, p in ref_tr.model.named_parameters() if n in fp8)
+    assert placement.weight_bytes(ref_tr.model) - placement.weight_bytes(tr.model) == block_bytes  # 2 bytes -> 1
+    assert f"{len(fp8)} block weight tensors" in fact
+    assert got.dtype == ref.dtype and torch.isfinite(got).all()
+    rel = ((got.float() - ref.float()).norm() / ref.float().norm()).item()
+    assert 0 < rel < 0.1, rel  # e4m3 keeps 3 mantissa bits: close, not equal
+
+
+def test_fp8_storage_on_meta_gives_the_full_size_figure():
+    """FLUX.1 Fill's 12B transformer on meta: what the switch saves at full size (no memory needed)."""
+    tr = flux_fill.load_flux_fill_transformer("meta", dtype="bf16")
+    before = placement.weight_bytes(tr.model)
+    store_blocks_in_fp8(tr)
+    after = placement.weight_bytes(tr.model)
+    assert before / 2**30 == pytest.approx(22.17, abs=0.01)
+    assert 0.5 < after / before < 0.52  # the blocks hold ~99% of the weights
