@@ -123,6 +123,7 @@ def _make_host_copy(comp) -> HostCopy:
         for p in module._parameters.values():
             if p is not None and id(p) not in copy.params:
                 copy.params[id(p)] = (p, _pin_like(p, p.data) if pin else p.data)
+                p.data = copy.params[id(p)][1]  # one tensor at a time: RAM never holds the model twice
         for name, b in module._buffers.items():
             if b is None:
                 continue
@@ -178,7 +179,12 @@ def move(comp, device) -> None:
         if copy is None and current.type == "cpu":
             copy = _make_host_copy(comp)
         if copy is not None:
-            copy.copy_to(target)
+            try:
+                copy.copy_to(target)
+            except BaseException:  # out of memory or interrupted half-way: never leave it half on the GPU
+                copy.point_to_host()
+                comp.device = "cpu"
+                raise
         else:
             comp.model.to(target)
     comp.device = _device_name(target)

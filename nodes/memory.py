@@ -111,7 +111,14 @@ def use(*components, rec=None):
         else:
             placement.send_back(other, mm.unet_offload_device())
     if whole:
-        mm.load_models_gpu([patcher(c) for c in whole])
+        try:
+            mm.load_models_gpu([patcher(c) for c in whole])
+        except BaseException:  # out of memory, interrupted: nothing stays counted as loaded
+            placement.RESIDENCY.release(whole)
+            for c in arriving:
+                if not c.extras["comfy_patcher"].model.model_loaded_weight_memory:
+                    placement.RESIDENCY.left(c)
+            raise
     if rec is not None and live:
         _record_moves(rec, arriving, evicted, whole)
     sequential = []

@@ -121,3 +121,25 @@ def test_cuda_round_trip_by_pointer_from_pinned_memory(stack):
     t5 = stack["t5"]
     _round_trip(t5, lambda copy: copy.copy_to("cuda"))
     assert all(p.is_pinned() for p in t5.model.parameters())
+
+
+def test_a_move_that_fails_half_way_leaves_every_weight_in_cpu_memory(stack, monkeypatch):
+    """Out of memory half-way through bringing a component in must not leave it half on the device: every
+    parameter points at its CPU copy again and the component says it is on the CPU. (This machine has no GPU:
+    the per-tensor copy is replaced by one that clones, then fails like the allocator would.)"""
+    tr = stack["transformer"]
+    copy = placement._host_copy(tr) or placement._make_host_copy(tr)
+    before = {n: p.data_ptr() for n, p in tr.model.named_parameters()}
+    copied = []
+
+    def copy_then_run_out(param, host, device):
+        if len(copied) == len(copy.params) // 2:
+            raise torch.OutOfMemoryError("CUDA out of memory (injected half-way through the move)")
+        copied.append(host.clone())
+        return copied[-1]
+
+    monkeypatch.setattr(placement, "_copy_like", copy_then_run_out)
+    with pytest.raises(torch.OutOfMemoryError):
+        placement.move(tr, "cuda")
+    assert copied and tr.device == "cpu"
+    assert {n: p.data_ptr() for n, p in tr.model.named_parameters()} == before
