@@ -42,7 +42,7 @@ class _Loader(io.ComfyNode):
                     "memory", options=["auto", "keep", "offload", "sequential"], default="auto", optional=True,
                     tooltip="Where the weights live between uses. auto: stay on the GPU after use until another "
                             "FillScope component needs the room (FillScope never holds more than its largest component "
-                            "or the current node's needs; FLUX Fill 1024 peaks at ~22.6 GiB); keep: loaded onto the GPU "
+                            "or the current node's needs; FLUX Fill 1024 bf16: ~22.6 GiB peak, estimated); keep: loaded onto the GPU "
                             "and left there (fastest on 40 GB+ cards); offload: back to CPU memory after every use; "
                             "sequential: streamed module by module (smallest VRAM, slowest).",
                 ),

@@ -82,8 +82,9 @@ def patcher(component):
     if p is None:
         import torch
 
-        compute = component.extras.get("compute_device")
-        load_device = torch.device(compute) if compute else mm.get_torch_device()
+        # ComfyUI matches devices exactly (cuda:0 is not cuda) when it frees memory: use its own device object
+        compute = torch.device(component.extras.get("compute_device") or mm.get_torch_device())
+        load_device = mm.get_torch_device() if compute.type == mm.get_torch_device().type else compute
         p = _classes()[1](component, load_device, mm.unet_offload_device())
         component.extras["comfy_patcher"] = p
     return p
@@ -102,6 +103,11 @@ def use(*components, rec=None):
 
     live = [c for c in components if c.device != "meta"]
     whole = [c for c in live if policy(c) != "sequential"]
+    cuda = next((patcher(c).load_device for c in live if patcher(c).load_device.type == "cuda"), None)
+    if cuda is not None and rec is not None:
+        import torch
+
+        torch.cuda.reset_peak_memory_stats(cuda)
     arriving = [c for c in whole if not placement.RESIDENCY.is_resident(c)]
     evicted = placement.RESIDENCY.admit(whole, {id(c): policy(c) for c in whole})
     for other in evicted:
@@ -132,6 +138,11 @@ def use(*components, rec=None):
     finally:
         for ctx in sequential:
             ctx.__exit__(None, None, None)
+        if cuda is not None and rec is not None:
+            import torch
+
+            rec.fact("memory: CUDA peak while this node ran (measured, whole process)",
+                     _gib(torch.cuda.max_memory_allocated(cuda)))
         placement.RESIDENCY.release(whole)
         for c in whole:
             p = c.extras.get("comfy_patcher")
