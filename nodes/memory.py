@@ -151,7 +151,8 @@ def use(*components, rec=None):
 
 
 def _gib(nbytes: int) -> str:
-    return f"{nbytes / 2**30:.2f} GiB"
+    """GiB, or MiB below one GiB (so small models' figures do not all read 0.00)."""
+    return f"{nbytes / 2**30:.2f} GiB" if nbytes >= 2**30 else f"{nbytes / 2**20:.2f} MiB"
 
 
 def _record_moves(rec, arriving, evicted, whole) -> None:
