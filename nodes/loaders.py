@@ -105,6 +105,11 @@ class _Loader(io.ComfyNode):
         comp.extras["memory"] = memory
         comp.extras["compute_device"] = compute
         RESIDENCY.register(comp, memory)  # after any fp8 cast: the budget counts the bytes it holds
+        if memory == "keep" and compute != "meta":
+            from . import memory as comfy_memory
+
+            with comfy_memory.use(comp, rec=rec):  # on the GPU already: ComfyUI counts it now, so /free can release it
+                pass
         rec.fact("memory policy", memory)
         rec.fact("compute device", compute)
         unique, tied = count_parameters(comp.model)

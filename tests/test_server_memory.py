@@ -112,3 +112,23 @@ def test_fp8_storage_switch_runs_the_graph_and_says_what_it_stored(server):
     assert entry["status"]["status_str"] == "success"
     facts = shapes_doc(entry, prompt, "FillScopeLoadFluxFillTransformer")["node"]["facts"]
     assert "stored in fp8_e4m3fn" in facts["fp8 storage"]
+
+
+def test_keep_weights_are_counted_by_comfyui_as_soon_as_they_load(server):
+    """`keep` loads straight onto the compute device and hands the weights to ComfyUI's model management in the
+    loader (so /free can release them even before a node used them); the node that uses them then finds them
+    resident."""
+    from workflow_helpers import shapes_doc
+
+    prompt = load_api("flux_fill_inpaint")
+    prompt[node_id(prompt, "FillScopeLoadVAE")]["inputs"]["memory"] = "keep"
+    prompt[node_id(prompt, "FillScopeFluxFillSampler")]["inputs"].update(steps=2, seed=401)
+    server.free()
+    time.sleep(1.0)
+    before = loads(server)
+    entry = server.run(prompt, timeout=300)
+    assert loads(server) > before
+    loader = shapes_doc(entry, prompt, "FillScopeLoadVAE")["node"]["facts"]
+    assert loader["memory policy"] == "keep" and loader["memory: loaded for this node"].startswith("FLUX VAE")
+    condition = shapes_doc(entry, prompt, "FillScopeFluxFillCondition")["node"]["facts"]
+    assert condition["memory: loaded for this node"] == "nothing (already resident)"
