@@ -132,3 +132,34 @@ def test_keep_weights_are_counted_by_comfyui_as_soon_as_they_load(server):
     assert loader["memory policy"] == "keep" and loader["memory: loaded for this node"].startswith("FLUX VAE")
     condition = shapes_doc(entry, prompt, "FillScopeFluxFillCondition")["node"]["facts"]
     assert condition["memory: loaded for this node"] == "nothing (already resident)"
+
+
+def _image(server, entry, prompt):
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    saved = entry["outputs"][node_id(prompt, "SaveImage")]["images"][0]
+    return np.asarray(Image.open(io.BytesIO(server.view(saved["filename"], saved["subfolder"], saved["type"]))))
+
+
+def test_every_memory_policy_runs_the_graph_to_the_same_image(server):
+    """Through the nodes: each policy on every loader (streaming, offloading, keeping) gives the image `auto`
+    gives, and the loaders report the policy they applied."""
+    import numpy as np
+
+    from workflow_helpers import shapes_doc
+
+    images = {}
+    for policy in ("auto", "keep", "offload", "sequential"):
+        prompt = load_api("flux_fill_inpaint")
+        for node in prompt.values():
+            if node["class_type"].startswith("FillScopeLoad"):
+                node["inputs"]["memory"] = policy
+        prompt[node_id(prompt, "FillScopeFluxFillSampler")]["inputs"].update(steps=2, seed=555)
+        entry = server.run(prompt, timeout=300)
+        assert shapes_doc(entry, prompt, "FillScopeLoadT5")["node"]["facts"]["memory policy"] == policy
+        images[policy] = _image(server, entry, prompt)
+    for policy, image in images.items():
+        assert np.array_equal(image, images["auto"]), policy
