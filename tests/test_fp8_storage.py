@@ -52,3 +52,35 @@ def test_fp8_storage_on_meta_gives_the_full_size_figure():
     after = placement.weight_bytes(tr.model)
     assert before / 2**30 == pytest.approx(22.17, abs=0.01)
     assert 0.5 < after / before < 0.52  # the blocks hold ~99% of the weights
+
+
+@pytest.fixture(scope="module")
+def sd3_folders(tmp_path_factory):
+    from tiny_sd3 import build_tiny_sd3_controlnet_folder, build_tiny_sd3_folder
+
+    root = tmp_path_factory.mktemp("tiny_sd3")
+    return build_tiny_sd3_folder(root / "sd3", seed=0), build_tiny_sd3_controlnet_folder(root / "cn", seed=0)
+
+
+def _sd3_latents(folders, fp8_kinds):
+    from fillscope import sd3_inpaint
+    from fillscope.trace.run import load_stack, sd3_condition
+
+    stack = load_stack("sd3-controlnet-inpaint", str(folders[0]), controlnet=str(folders[1]), dtype="bf16", device="cpu")
+    facts = {k: store_blocks_in_fp8(c) for k, c in stack.items() if k in fp8_kinds}
+    image, mask = masks.synthetic_image_and_mask(64, 48, 0.5)
+    cond = sd3_inpaint.build_inpaint_condition(stack["vae"], masks.prepare_image_and_mask(image, mask))
+    out = sd3_inpaint.sample_sd3_controlnet_inpaint(stack["transformer"], stack["controlnet"], sd3_condition(stack, "a cat"),
+                                                    sd3_condition(stack, ""), cond, steps=2, seed=3)
+    return stack, facts, out.latents
+
+
+def test_fp8_storage_of_t5_and_the_sd3_denoisers_stays_close_to_bf16(sd3_folders):
+    _, _, ref = _sd3_latents(sd3_folders, ())
+    stack, facts, got = _sd3_latents(sd3_folders, ("t5", "transformer", "controlnet"))
+    for key in ("t5", "transformer", "controlnet"):
+        assert "stored in fp8_e4m3fn" in facts[key], key
+        assert any(p.dtype == torch.float8_e4m3fn for p in stack[key].model.parameters()), key
+    assert torch.isfinite(got).all()
+    rel = ((got.float() - ref.float()).norm() / ref.float().norm()).item()
+    assert 0 < rel < 0.1, rel

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from contextlib import ExitStack
+
 import pytest
 import torch
 
@@ -143,3 +145,22 @@ def test_a_move_that_fails_half_way_leaves_every_weight_in_cpu_memory(stack, mon
         placement.move(tr, "cuda")
     assert copied and tr.device == "cpu"
     assert {n: p.data_ptr() for n, p in tr.model.named_parameters()} == before
+
+
+def test_replay_takes_the_decisions_the_engine_path_takes(stack, monkeypatch):
+    """The meta estimate (bench_memory_policies) replays uses through `replay`; the engine's `in_use` must keep
+    the same components resident, use by use (here the tiny components, where CLIP-L is the largest)."""
+    uses = [("text", [stack["clip_l"], stack["t5"]]), ("encode", [stack["vae"]]), ("denoise", [stack["transformer"]]),
+            ("decode", [stack["vae"]])] * 2
+    monkeypatch.setattr(placement, "RESIDENCY", placement.Residency())
+    for comp in stack.values():
+        placement.RESIDENCY.register(comp)  # as the loaders do
+    seen = []
+    for _, group in uses:
+        with ExitStack() as ctx:
+            for comp in group:
+                ctx.enter_context(placement.in_use(comp, "cpu", "auto"))
+            seen.append(placement.RESIDENCY.resident_bytes())
+    expected = [u["resident_bytes"] for u in placement.replay([(label, group) for label, group in uses], "auto")]
+    assert seen == expected
+    assert any(u["sent_back"] for u in placement.replay(uses, "auto"))  # the budget did bite
