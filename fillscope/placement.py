@@ -277,6 +277,10 @@ class Residency:
         if rec is not None:
             rec.resident = False
 
+    def nbytes(self, comp) -> int:
+        """The component's weight bytes, as counted when it was registered (no walk over its tensors)."""
+        return self._record(comp).nbytes
+
     def resident_bytes(self) -> int:
         return sum(r.nbytes for r in self._records.values() if r.resident)
 
@@ -298,16 +302,16 @@ def replay(uses, policy: str) -> list[dict]:
     comps = {id(c): c for _, group in uses for c in group}
     for comp in comps.values():
         residency.register(comp, policy)
-    if policy == "keep":  # the loaders put `keep` weights straight onto the GPU
-        for comp in comps.values():
-            residency._record(comp).resident = True
+    if policy == "keep":  # the loaders put `keep` weights straight onto the GPU and admit them there
+        residency.admit(list(comps.values()))
+        residency.release(list(comps.values()))
     for label, group in uses:
         arriving = [c for c in group if not residency.is_resident(c)]
         evicted = residency.admit(group)
         for comp in evicted:
             residency.left(comp)
         out.append({"use": label, "resident_bytes": residency.resident_bytes(),
-                    "loaded_bytes": sum(weight_bytes(c.model) for c in arriving),
+                    "loaded_bytes": sum(residency.nbytes(c) for c in arriving),
                     "sent_back": [c.kind for c in evicted]})
         residency.release(group)
         if policy == "offload":

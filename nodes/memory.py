@@ -162,12 +162,13 @@ def _record_moves(rec, arriving, evicted, whole) -> None:
         kind = COMPONENTS.get(c.kind)
         return kind.title if kind else c.kind
 
-    sizes = {id(c): placement.weight_bytes(c.model) for c in list(arriving) + list(evicted) + list(whole)}
-    rec.fact("memory: loaded for this node", ", ".join(f"{name(c)} ({_gib(sizes[id(c)])})" for c in arriving) or "nothing (already resident)")
+    residency = placement.RESIDENCY
+    rec.fact("memory: loaded for this node",
+             ", ".join(f"{name(c)} ({_gib(residency.nbytes(c))})" for c in arriving) or "nothing (already resident)")
     if evicted:
-        rec.fact("memory: sent back to make room", ", ".join(f"{name(c)} ({_gib(sizes[id(c)])})" for c in evicted))
-    rec.fact("memory: FillScope resident / budget",
-             f"{_gib(placement.RESIDENCY.resident_bytes())} / {_gib(placement.RESIDENCY.budget(sum(sizes[id(c)] for c in whole)))}")
+        rec.fact("memory: sent back to make room", ", ".join(f"{name(c)} ({_gib(residency.nbytes(c))})" for c in evicted))
+    needed = sum(residency.nbytes(c) for c in whole)
+    rec.fact("memory: FillScope resident / budget", f"{_gib(residency.resident_bytes())} / {_gib(residency.budget(needed))}")
 
 
 def _unload(p) -> None:
