@@ -157,12 +157,8 @@ def store_blocks_in_fp8(comp) -> str:
             compute[f"{name}.weight"] = module.weight.dtype
             module.weight.data = module.weight.data.clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
     stats = enable_fp8_compute(model, compute)
-    report_compute_dtype(model, compute_dtype(comp))
-    return (f"{stats['tensors']} block weight tensors ({stats['bytes'] / 2**30:.2f} GiB) stored in fp8_e4m3fn, "
-            f"upcast to {comp.dtype} one layer at a time ({stats['modules']} hooked modules)")
-
-
-def compute_dtype(comp):
     from .weights import torch_dtype
 
-    return torch_dtype(comp.dtype)
+    report_compute_dtype(model, torch_dtype(comp.dtype))
+    return (f"{stats['tensors']} block weight tensors ({stats['bytes'] / 2**30:.2f} GiB) stored in fp8_e4m3fn, "
+            f"upcast to {comp.dtype} one layer at a time ({stats['modules']} hooked modules)")

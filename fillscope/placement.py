@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 POLICIES = ("auto", "keep", "offload", "sequential")
 
 
-def resolve_policy(policy: str, kind: str | None = None) -> str:
-    """The policy name, checked (`kind` is accepted for callers that name the component)."""
+def resolve_policy(policy: str) -> str:
+    """The policy name, checked."""
     if policy not in POLICIES:
         from .errors import FillScopeInputError
 
@@ -370,7 +370,7 @@ def in_use(comp, compute_device, policy: str = "auto", offload_device="cpu"):
     if comp.device == "meta":
         yield comp
         return
-    policy = resolve_policy(policy, comp.kind)
+    policy = resolve_policy(policy)
     if policy == "sequential":
         send_back(comp, offload_device)
         handles = _stream_hooks(comp, compute_device)

@@ -99,7 +99,7 @@ def use(*components, rec=None):
     import comfy.model_management as mm
 
     def policy(c):
-        return placement.resolve_policy(c.extras.get("memory", "auto"), c.kind)
+        return placement.resolve_policy(c.extras.get("memory", "auto"))
 
     live = [c for c in components if c.device != "meta"]
     whole = [c for c in live if policy(c) != "sequential"]
