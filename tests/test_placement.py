@@ -164,3 +164,19 @@ def test_replay_takes_the_decisions_the_engine_path_takes(stack, monkeypatch):
     expected = [u["resident_bytes"] for u in placement.replay([(label, group) for label, group in uses], "auto")]
     assert seen == expected
     assert any(u["sent_back"] for u in placement.replay(uses, "auto"))  # the budget did bite
+
+
+def test_sequential_hooks_are_gone_after_the_use(stack):
+    tr = stack["transformer"]
+    with placement.in_use(tr, "cpu", "sequential"):
+        hooked = sum(len(m._forward_pre_hooks) for m in tr.model.modules())
+    assert hooked > 0
+    assert sum(len(m._forward_pre_hooks) + len(m._forward_hooks) for m in tr.model.modules()) == 0
+    assert tr.device == "cpu"
+
+
+def test_unknown_policy_names_the_input():
+    from fillscope.errors import FillScopeInputError
+
+    with pytest.raises(FillScopeInputError, match="'memory'"):
+        placement.resolve_policy("fast")
