@@ -8,6 +8,7 @@ WEB_DIRECTORY = "./web"
 
 
 async def comfy_entrypoint():
+    # lazy: comfy_api exists only inside ComfyUI, and the nodes are imported when ComfyUI asks for them
     from comfy_api.latest import ComfyExtension
 
     from .nodes import all_nodes

@@ -181,3 +181,12 @@ def proc_status(pid: int) -> dict[str, int]:
 
 def gib(nbytes: float) -> str:
     return f"{nbytes / 2**30:.3f} GiB"
+
+
+def load_stack(family: str, source: str, **kwargs) -> dict:
+    """A whole stack of `family` (fillscope/pipelines) from one weight source, with the bundled ComfyUI's
+    tokenizer files for weights that carry none."""
+    from fillscope.pipelines import PIPELINES
+    from tiny_models import comfy_tokenizer_dirs
+
+    return PIPELINES[family].load_stack(source, tokenizer_folders=comfy_tokenizer_dirs(), **kwargs)

@@ -28,23 +28,16 @@ def largest_module_bytes(model) -> int:
 
 
 def stages_for(model_name, stack):
-    """The graph's stages (fillscope/trace/run.py) from one untraced run's intermediates."""
-    from fillscope import flux_fill, masks, sd3_inpaint, text
-    from fillscope.trace.run import flux_graph_stages, sd3_condition, sd3_graph_stages
+    """The pipeline's stages (fillscope/pipelines/<family>.py) from one untraced one-step run's intermediates."""
+    from fillscope import masks
+    from fillscope.pipelines import PIPELINES
 
+    pipeline = PIPELINES[model_name]
     image, mask = masks.synthetic_image_and_mask(1024, 1024, 0.5)
     prepared = masks.prepare_image_and_mask(image, mask)
     prompt = "a red brick fireplace"
-    if model_name == "flux-fill":
-        clip, t5 = text.encode_clip(stack["clip_l"], prompt, project=False), text.encode_t5(stack["t5"], prompt)
-        flux_text = text.flux_text_condition(t5, clip)
-        cond = flux_fill.build_fill_condition(stack["vae"], prepared)
-        out = flux_fill.sample_flux_fill(stack["transformer"], flux_text, cond, steps=1)
-        return flux_graph_stages(stack, prompt, prepared, flux_text, cond, out)
-    pos, neg = sd3_condition(stack, prompt), sd3_condition(stack, "")
-    cond = sd3_inpaint.build_inpaint_condition(stack["vae"], prepared)
-    out = sd3_inpaint.sample_sd3_controlnet_inpaint(stack["transformer"], stack["controlnet"], pos, neg, cond, steps=1)
-    return sd3_graph_stages(stack, prompt, "", prepared, pos, neg, cond, out)
+    done = pipeline.run(stack, prompt, prepared, steps=1)
+    return pipeline.stages(stack, prompt, prepared, done)
 
 
 FP8_STORAGE_KINDS = ("t5_xxl", "flux_fill_transformer", "sd3_transformer", "sd3_controlnet")
@@ -86,7 +79,7 @@ def replayed_peak(stack, rows, policy):
 def main() -> int:
     from fillscope.fp8 import store_blocks_in_fp8
     from fillscope.placement import weight_bytes
-    from fillscope.trace.run import load_stack
+    from _benchlib import load_stack
 
     gib = 2**30
     print("bench_memory_policies: estimated peak memory per policy, meta full topology, bf16, 1024x1024, batch 1")

@@ -2,10 +2,9 @@
 
 Builds the tiny FLUX.1 Fill folder (tests/tiny_flux.build_tiny_flux_fill_folder: real geometry, toy widths, real
 tokenizers) and loads it once for each side, outside the timing:
-  (a) FillScope, called exactly as the nodes call the engine: text.encode_clip_l, text.encode_t5,
-      text.flux_text_condition, masks.prepare_image_and_mask, flux_fill.build_fill_condition,
-      flux_fill.sample_flux_fill, flux_fill.decode_to_image (with a ShapeRecorder's observe, as the nodes pass;
-      no ComfyUI progress callback, no paste-back: diffusers has neither);
+  (a) FillScope: masks.prepare_image_and_mask, then the pipeline's run (fillscope/pipelines/flux_fill.py: the
+      same stage functions the nodes call, with a ShapeRecorder's observe as the nodes pass; no ComfyUI progress
+      callback, no paste-back: diffusers has neither);
   (b) diffusers FluxFillPipeline.__call__ on a pipeline loaded once (tests/tiny_flux.run_diffusers_fill with
       pipe=..., encode_mode="argmax", output_type="pt").
 Same image, mask, prompt, seed, steps and guidance; fp32 on the CPU; torch.set_num_threads fixed. One warm-up
@@ -30,7 +29,8 @@ sys.path.insert(0, str(bl.REPO))
 
 import torch  # noqa: E402
 
-from fillscope import flux_fill, masks, text, vae  # noqa: E402
+from fillscope import masks, text, vae  # noqa: E402
+from fillscope.pipelines import flux_fill  # noqa: E402
 from fillscope.trace.records import ShapeRecorder  # noqa: E402
 from tiny_flux import build_tiny_flux_fill_folder, load_fill_pipeline, run_diffusers_fill  # noqa: E402
 
@@ -58,31 +58,20 @@ def inputs():
 
 
 def fillscope_run(stack, image, mask, stages: dict | None = None):
-    """The node sequence's engine calls (nodes/text.py, nodes/flux_fill.py), with per-stage times."""
-    t = [time.perf_counter()]
-    clip = text.encode_clip_l(stack["clip_l"], PROMPT)
-    t5 = text.encode_t5(stack["t5"], PROMPT, 512)
-    flux_text = text.flux_text_condition(t5, clip)
-    t.append(time.perf_counter())
-    rec = ShapeRecorder("FillScopeFluxFillCondition")
+    """The pipeline (fillscope/pipelines/flux_fill.py run), observed as the nodes observe it, with per-stage times."""
+    timings: dict = {}
+    t0 = time.perf_counter()
     prepared = masks.prepare_image_and_mask(image, mask, invert=False, threshold=0.5, grow=0, feather=0, size_mode="pad")
-    t.append(time.perf_counter())
-    cond = flux_fill.build_fill_condition(stack["vae"], prepared, observe=rec.observe)
-    t.append(time.perf_counter())
-    rec = ShapeRecorder("FillScopeFluxFillSampler")
-    latent = flux_fill.sample_flux_fill(
-        stack["transformer"], flux_text, cond, steps=STEPS, guidance=GUIDANCE, seed=SEED, denoise=1.0,
-        observe=rec.observe,
-    )
-    t.append(time.perf_counter())
-    rec = ShapeRecorder("FillScopeVAEDecode")
-    image_out = flux_fill.decode_to_image(stack["vae"], latent, observe=rec.observe)
-    t.append(time.perf_counter())
+    timings["prepare image + mask"] = time.perf_counter() - t0
+    rec = ShapeRecorder("bench")
+    done = flux_fill.run(stack, PROMPT, prepared, steps=STEPS, guidance=GUIDANCE, seed=SEED, denoise=1.0,
+                         observe=rec.observe, timings=timings)
     if stages is not None:
-        for name, a, b in zip(("text encode (CLIP-L + T5)", "prepare image + mask", "fill condition (1 VAE encode)",
-                               f"sampler ({STEPS} steps)", "VAE decode"), t, t[1:]):
-            stages.setdefault(name, []).append(b - a)
-    return image_out  # [1,H,W,3]
+        for name, key in (("text encode (CLIP-L + T5)", "encode_prompt"), ("prepare image + mask", "prepare image + mask"),
+                          ("fill condition (1 VAE encode)", "build_fill_condition"),
+                          (f"sampler ({STEPS} steps)", "sample_flux_fill"), ("VAE decode", "decode_to_image")):
+            stages.setdefault(name, []).append(timings[key])
+    return done.image  # [1,H,W,3]
 
 
 def diffusers_run(pipe, image, mask):

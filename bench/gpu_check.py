@@ -69,10 +69,10 @@ def flux_part(args, device):
     import torch
     from diffusers import FlowMatchEulerDiscreteScheduler, FluxFillPipeline
 
-    from fillscope import flux_fill, masks, text
-    from fillscope.latents import decode_to_image
+    from fillscope import masks, text
+    from fillscope.pipelines import flux_fill
     from fillscope.specs import flux_scheduler_config
-    from fillscope.trace.run import load_stack
+    from _benchlib import load_stack
     from tiny_flux import argmax_vae_encode
 
     if args.tiny:
@@ -92,18 +92,11 @@ def flux_part(args, device):
     stages = {}
 
     def fillscope_graph():
-        t = time.perf_counter()
-        clip = text.encode_clip(stack["clip_l"], prompt)
-        t5 = text.encode_t5(stack["t5"], prompt)
-        sync(); stages["text"] = time.perf_counter() - t; t = time.perf_counter()  # noqa: E702
+        timings = {}
         prepared = masks.prepare_image_and_mask(image, mask)
-        cond = flux_fill.build_fill_condition(stack["vae"], prepared)
-        sync(); stages["condition"] = time.perf_counter() - t; t = time.perf_counter()  # noqa: E702
-        out = flux_fill.sample_flux_fill(stack["transformer"], text.flux_text_condition(t5, clip), cond,
-                                         steps=args.steps, guidance=30.0, seed=0)
-        sync(); stages["sampler"] = time.perf_counter() - t; t = time.perf_counter()  # noqa: E702
-        img = decode_to_image(stack["vae"], out)
-        sync(); stages["decode"] = time.perf_counter() - t  # noqa: E702
+        img = flux_fill.run(stack, prompt, prepared, steps=args.steps, guidance=30.0, seed=0, timings=timings).image
+        stages.update(text=timings["encode_prompt"], condition=timings["build_fill_condition"],
+                      sampler=timings["sample_flux_fill"], decode=timings["decode_to_image"])
         return img
 
     pipe = FluxFillPipeline(
@@ -144,9 +137,9 @@ def flux_part(args, device):
 
 def flux_trace_part(args, stack, out_dir):
     from fillscope.trace.report import write_report
-    from fillscope.trace.run import trace_flux_fill
+    from fillscope.trace.run import trace_pipeline
 
-    report = trace_flux_fill(stack, height=args.size, width=args.size, line_trace=False, memory=True)
+    report = trace_pipeline("flux-fill", stack, height=args.size, width=args.size, line_trace=False, memory=True)
     html, js = write_report(report, out_dir, "flux-fill_trace_cuda")
     ev = report["evidence"]
     RESULTS["flux_trace"] = {"module_rows": ev["module"]["rows"], "module_hits": ev["module"]["hits"],
@@ -158,10 +151,10 @@ def sd3_part(args, device):
     import torch
     from diffusers import FlowMatchEulerDiscreteScheduler, StableDiffusion3ControlNetInpaintingPipeline
 
-    from fillscope import masks, sd3_inpaint, text
-    from fillscope.latents import decode_to_image
+    from fillscope import masks
+    from fillscope.pipelines import sd3_controlnet
     from fillscope.specs import scheduler_config
-    from fillscope.trace.run import load_stack
+    from _benchlib import load_stack
     from tiny_sd3 import argmax_vae_encode
 
     if args.tiny:
@@ -180,23 +173,13 @@ def sd3_part(args, device):
     prompt, negative = "a red brick fireplace", "blurry"
     stages = {}
 
-    def cond_of(p):
-        return text.sd3_text_condition(text.encode_clip(stack["clip_l"], p), text.encode_clip(stack["clip_g"], p),
-                                       text.encode_t5(stack["t5"], p, 256))
-
     def fillscope_graph():
-        t = time.perf_counter()
-        pos, neg = cond_of(prompt), cond_of(negative)
-        sync(); stages["text"] = time.perf_counter() - t; t = time.perf_counter()  # noqa: E702
+        timings = {}
         prepared = masks.prepare_image_and_mask(image, mask)
-        cond = sd3_inpaint.build_inpaint_condition(stack["vae"], prepared)
-        sync(); stages["condition"] = time.perf_counter() - t; t = time.perf_counter()  # noqa: E702
-        out = sd3_inpaint.sample_sd3_controlnet_inpaint(stack["transformer"], stack["controlnet"], pos, neg, cond,
-                                                        steps=args.steps, cfg=7.0, control_scale=0.95, seed=0,
-                                                        residual_mapping="diffusers")
-        sync(); stages["sampler"] = time.perf_counter() - t; t = time.perf_counter()  # noqa: E702
-        img = decode_to_image(stack["vae"], out)
-        sync(); stages["decode"] = time.perf_counter() - t  # noqa: E702
+        img = sd3_controlnet.run(stack, prompt, prepared, negative_prompt=negative, steps=args.steps, cfg=7.0,
+                                 control_scale=0.95, seed=0, residual_mapping="diffusers", timings=timings).image
+        stages.update(text=timings["encode_prompt"], condition=timings["build_inpaint_condition"],
+                      sampler=timings["sample_sd3_controlnet_inpaint"], decode=timings["decode_to_image"])
         return img, prepared
 
     pipe = StableDiffusion3ControlNetInpaintingPipeline(
@@ -226,9 +209,9 @@ def sd3_part(args, device):
     a, b = fillscope_graph()[0], diffusers_graph()
     try:
         from fillscope.trace.report import write_report
-        from fillscope.trace.run import trace_sd3_controlnet
+        from fillscope.trace.run import trace_pipeline
 
-        report = trace_sd3_controlnet(stack, height=h, width=w, line_trace=False, memory=True)
+        report = trace_pipeline("sd3-controlnet-inpaint", stack, height=h, width=w, line_trace=False, memory=True)
         write_report(report, args.out, "sd3-controlnet-inpaint_trace_cuda")
         ev = report["evidence"]
         RESULTS["sd3_trace"] = {"module_rows": ev["module"]["rows"], "module_hits": ev["module"]["hits"],

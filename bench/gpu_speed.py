@@ -56,9 +56,10 @@ def main() -> int:
     import torch
     from diffusers import FlowMatchEulerDiscreteScheduler, FluxFillPipeline
 
-    from fillscope import flux_fill, masks, text
+    from fillscope import masks, text
+    from fillscope.pipelines import flux_fill
     from fillscope.specs import flux_scheduler_config
-    from fillscope.trace.run import load_stack
+    from _benchlib import load_stack
 
     cuda = torch.cuda.is_available()
     dev = "cuda" if cuda else "cpu"
@@ -72,7 +73,7 @@ def main() -> int:
     h = w = args.size
     prompt = "a red brick fireplace"
     image, mask = masks.synthetic_image_and_mask(w, h, 0.5)
-    flux_text = text.flux_text_condition(text.encode_t5(stack["t5"], prompt), text.encode_clip(stack["clip_l"], prompt, project=False))
+    flux_text = flux_fill.encode_prompt(stack["clip_l"], stack["t5"], prompt)
     cond = flux_fill.build_fill_condition(stack["vae"], masks.prepare_image_and_mask(image, mask))
     model = stack["transformer"].model
 

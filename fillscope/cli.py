@@ -1,5 +1,7 @@
 """Command line: `python -m fillscope.cli demo-summary --port N --out out/` reads a ComfyUI server's /history
-after the demo workflow ran and writes the FLUX shape table (text + JSON) measured in that run."""
+after the demo workflow ran and writes the FLUX shape table (text + JSON) measured in that run;
+`python -m fillscope.cli trace MODEL --weights meta --clip-tokenizer DIR --t5-tokenizer DIR` traces one denoiser
+step (weights without tokenizers, meta and placeholder, need the two tokenizer folders)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,10 @@ import sys
 import urllib.request
 from pathlib import Path
 
+from .errors import FillScopeInputError
+from .pipelines import PIPELINES
+from .trace.report import write_report
+from .trace.run import trace_pipeline
 from .trace.summary import SD3_CONTROLNET_BOUNDARIES, all_records, boundaries_for, boundary_rows, format_rows
 
 
@@ -71,22 +77,31 @@ def main(argv=None) -> int:
     tr.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     tr.add_argument("--prompt", default="a red brick fireplace")
     tr.add_argument("--no-line-trace", action="store_true", help="skip the line-level tracer (faster)")
+    tr.add_argument("--clip-tokenizer", type=Path, default=None, metavar="DIR",
+                    help="CLIP BPE tokenizer folder (vocab.json, merges.txt), for weights that bring none (meta, placeholder)")
+    tr.add_argument("--t5-tokenizer", type=Path, default=None, metavar="DIR",
+                    help="T5 tokenizer folder (tokenizer.json), for weights that bring none (meta, placeholder)")
     tr.add_argument("--out", type=Path, default=Path("out"))
     args = ap.parse_args(argv)
     if args.command == "demo-summary":
         return demo_summary(args.port, args.out, args.host)
     if args.command == "trace":
-        return trace(args)
+        try:
+            return trace(args)
+        except FillScopeInputError as e:
+            print(e, file=sys.stderr)
+            if "tokenizer" in e.problem and None in (args.clip_tokenizer, args.t5_tokenizer):
+                print("the weights bring no tokenizers: pass --clip-tokenizer DIR and --t5-tokenizer DIR", file=sys.stderr)
+            return 2
     return 2
 
 
 def trace(args) -> int:
-    from .trace.report import write_report
-    from .trace.run import TRACERS, load_stack
-
     width, height = (int(v) for v in args.size.lower().split("x"))
-    stack = load_stack(args.model, args.weights, controlnet=args.controlnet, dtype=args.dtype, device=args.device)
-    report = TRACERS[args.model](stack, height=height, width=width, prompt=args.prompt, line_trace=not args.no_line_trace)
+    extra = {"controlnet": args.controlnet} if args.model == "sd3-controlnet-inpaint" else {}
+    stack = PIPELINES[args.model].load_stack(args.weights, tokenizer_folders=(args.clip_tokenizer, args.t5_tokenizer),
+                                             dtype=args.dtype, device=args.device, **extra)
+    report = trace_pipeline(args.model, stack, height=height, width=width, prompt=args.prompt, line_trace=not args.no_line_trace)
     html, js = write_report(report, args.out, f"{args.model}_trace")
     ev = report["evidence"]
     print(f"{report['title']} at {width}x{height}, weights: {report['run']['weights']}, device: {report['run']['device']}")

@@ -11,6 +11,9 @@ Some modules read a child's weight dtype before calling it (transformers' T5 fee
 
 from __future__ import annotations
 
+from .models import torch_dtype
+from .placement import forget_host_copy
+
 FP8_NAMES = ("float8_e4m3fn", "float8_e5m2")
 
 # Modules whose forward inspects a child's weight dtype: upcast their whole subtree together.
@@ -147,8 +150,6 @@ def store_blocks_in_fp8(comp) -> str:
     model = comp.model
     if any(getattr(m, "_fillscope_fp8", None) is not None for m in model.modules()):
         return "already stored in fp8 by its file"
-    from .placement import forget_host_copy
-
     forget_host_copy(comp)
     pattern = re.compile(_BLOCK_LINEAR)
     compute = {}
@@ -157,8 +158,6 @@ def store_blocks_in_fp8(comp) -> str:
             compute[f"{name}.weight"] = module.weight.dtype
             module.weight.data = module.weight.data.clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
     stats = enable_fp8_compute(model, compute)
-    from .weights import torch_dtype
-
     report_compute_dtype(model, torch_dtype(comp.dtype))
     return (f"{stats['tensors']} block weight tensors ({stats['bytes'] / 2**30:.2f} GiB) stored in fp8_e4m3fn, "
             f"upcast to {comp.dtype} one layer at a time ({stats['modules']} hooked modules)")

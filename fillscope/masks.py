@@ -205,9 +205,36 @@ def restore_geometry(grid_image, geometry: Geometry, source=None):
     return out
 
 
+def as_paste_mask(mask, source):
+    """A ComfyUI MASK ([B,H,W] or [H,W]; 1 = take the generated pixel, soft values blend) as a paste mask
+    [B,H,W,1] for `source` [B,H,W,3], as ImageCompositeMasked reads its mask."""
+    import torch
+
+    b, h, w = source.shape[0], source.shape[1], source.shape[2]
+    if mask.dim() == 2:
+        mask = mask.unsqueeze(0)
+    if mask.dim() != 3:
+        raise FillScopeInputError("mask", f"expected a MASK [B,H,W], got shape {list(mask.shape)}.",
+                                  "connect a ComfyUI MASK, or leave 'mask' unconnected to use the sampler's mask.")
+    if tuple(mask.shape[-2:]) != (h, w):
+        raise FillScopeInputError(
+            "mask", f"Paste Back's mask is {mask.shape[-1]}x{mask.shape[-2]} but the image is {w}x{h}.",
+            "give a mask of the image's size (the one the condition node got, or one made from it), or leave "
+            "'mask' unconnected to use the sampler's mask.")
+    if mask.shape[0] not in (1, b):
+        raise FillScopeInputError("mask", f"batch of {mask.shape[0]} masks for {b} images.",
+                                  "give one mask, or one mask per image.")
+    mask = mask.float()
+    if bool(torch.isnan(mask).any()):
+        raise FillScopeInputError("mask", "Paste Back's mask contains NaN values, so the composite is undefined.",
+                                  "check the nodes that compute the mask, or leave 'mask' unconnected to use the "
+                                  "sampler's mask.")
+    return mask.clamp(0, 1).to(source.device).expand(b, h, w).unsqueeze(-1)
+
+
 def paste_back(generated, source, paste_mask):
-    """Composite the generated image into the source with the (feathered) mask; where the mask is 0 the
-    source pixels are returned bit-identical."""
+    """Composite the generated image into the source with the (feathered) mask [B,H,W,1] (the sampler's, or
+    `as_paste_mask` of the user's); where the mask is 0 the source pixels are returned bit-identical."""
     import torch
 
     if generated.shape != source.shape:

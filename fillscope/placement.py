@@ -27,14 +27,14 @@ import weakref
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from .errors import FillScopeInputError
+
 POLICIES = ("auto", "keep", "offload", "sequential")
 
 
 def resolve_policy(policy: str) -> str:
     """The policy name, checked."""
     if policy not in POLICIES:
-        from .errors import FillScopeInputError
-
         raise FillScopeInputError("memory", f"unknown policy {policy!r}.", f"use one of {', '.join(POLICIES)}.")
     return policy
 

@@ -1,8 +1,8 @@
 """Text encoders: CLIP-L and T5-XXL with their real tokenizers, and the FLUX text condition.
 
-Tokenizers come from the diffusers folder when the weights do (tokenizer/, tokenizer_2/), otherwise from
-ComfyUI's own tokenizer files (comfy/sd1_tokenizer, comfy/text_encoders/t5_tokenizer), which the node layer
-passes in. Nothing is fetched from a hub.
+Tokenizers come from the diffusers folder when the weights do (tokenizer/, tokenizer_2/), otherwise from the
+fallback tokenizer folders the caller passes (`tokenizer_fallback`: a CLIP BPE folder, a T5 folder; the node layer
+passes the host's own files). Nothing is fetched from a hub.
 """
 
 from __future__ import annotations
@@ -39,36 +39,18 @@ def load_t5_tokenizer(folder: Path):
     return T5TokenizerFast.from_pretrained(str(folder))
 
 
-def comfy_tokenizer_folders() -> tuple[Path, Path]:
-    """(CLIP BPE folder, T5 folder) shipped with ComfyUI, for use outside a running ComfyUI (the CLI): from
-    $COMFYUI_PATH, the ComfyUI this pack sits in (custom_nodes/<pack>/fillscope), or the bundled .comfyui."""
-    import os
-
-    here = Path(__file__).resolve().parent
-    candidates = [Path(os.environ["COMFYUI_PATH"])] if os.environ.get("COMFYUI_PATH") else []
-    candidates += [Path(__file__).parent.parent.parent.parent, here.parent / ".comfyui"]
-    for root in candidates:
-        clip, t5 = root / "comfy" / "sd1_tokenizer", root / "comfy" / "text_encoders" / "t5_tokenizer"
-        if (clip / "vocab.json").is_file() and (t5 / "tokenizer.json").is_file():
-            return clip, t5
-    raise FillScopeInputError(
-        "tokenizers",
-        f"ComfyUI's tokenizer files were not found (looked in {', '.join(str(c) for c in candidates)}).",
-        "set COMFYUI_PATH to a ComfyUI folder, or run `make setup`.",
-    )
-
-
 def _tokenizer_folder(comp: Component, fallback: Path | None, input_name: str) -> tuple[Path, bool]:
-    """(folder, from_repository): the repository's own tokenizer, else ComfyUI's files."""
+    """(folder, from_repository): the repository's own tokenizer, else the caller's fallback folder."""
     own = comp.extras.get("tokenizer_folder")
     if own is not None and Path(own).is_dir():
         return Path(own), True
     if fallback is None or not Path(fallback).is_dir():
         raise FillScopeInputError(
             input_name,
-            f"no tokenizer found (the weights come without one and ComfyUI's tokenizer files {fallback} are missing).",
-            "use a complete diffusers repository or a ComfyUI install that ships comfy/sd1_tokenizer and "
-            "comfy/text_encoders/t5_tokenizer.",
+            "no tokenizer found (the weights come without one, and "
+            + ("no fallback tokenizer folder was given)." if fallback is None else f"the fallback tokenizer folder {fallback} is missing)."),
+            "use a complete diffusers repository (it has tokenizer folders), or pass the tokenizer folders of the "
+            "model family (a CLIP BPE folder with vocab.json and merges.txt, a T5 folder with tokenizer.json).",
         )
     return Path(fallback), False
 

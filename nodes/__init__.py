@@ -1,7 +1,9 @@
-"""ComfyUI node classes (V3 schema). Thin: parse inputs, call the engine in ../fillscope, wrap outputs."""
+"""ComfyUI node classes (V3 schema) on one base class (base.py): each node is its schema and a small `run` that
+calls the engine in ../fillscope."""
 
 
 def all_nodes() -> list:
+    # lazy: the node modules import comfy_api, present only once ComfyUI calls comfy_entrypoint
     from . import flux_fill, image, inspect, loaders, sd3_inpaint, text, trace
 
     return [*loaders.NODES, *text.NODES, *flux_fill.NODES, *sd3_inpaint.NODES, *image.NODES, *inspect.NODES, *trace.NODES]

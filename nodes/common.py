@@ -7,8 +7,9 @@ from pathlib import Path
 
 from comfy_api.latest import io
 
+from ..fillscope.checkpoints import PICKLE_SUFFIXES, WEIGHT_SUFFIXES, sniff
+from ..fillscope.masks import prepare_image_and_mask
 from ..fillscope.weights import META, PLACEHOLDER
-from ..fillscope.trace.records import ShapeRecorder, Traced, format_record, merge_trails, shapes_document, shapes_json
 
 CATEGORY = "FillScope"
 
@@ -28,6 +29,8 @@ SD3Text = io.Custom("FS_SD3_TEXT")
 FillCondition = io.Custom("FS_FILL_CONDITION")
 SD3Condition = io.Custom("FS_SD3_CONDITION")
 Latent = io.Custom("FS_LATENT")
+# The sockets that carry a loaded model: a node's inputs of these types are on the device while it runs.
+MODELS = (ClipL, T5, FluxFillModel, Vae, ClipG, SD3Model, SD3ControlNet)
 
 SOURCE_META, SOURCE_PLACEHOLDER = META, PLACEHOLDER  # the engine's weight-source names
 DTYPES = ["bf16", "fp16", "fp32"]
@@ -72,8 +75,6 @@ ALL_FILE_FOLDERS = ("diffusion_models", "text_encoders", "vae", "controlnet", "c
 
 
 def _weight_suffixes() -> tuple:
-    from ..fillscope.checkpoints import WEIGHT_SUFFIXES
-
     return WEIGHT_SUFFIXES
 
 
@@ -91,7 +92,6 @@ def _checkpoints_with(kinds) -> list[str]:
     """checkpoints/ files that bundle one of `kinds` (read from their safetensors headers, cached per file)."""
     import folder_paths
 
-    from ..fillscope.checkpoints import sniff
 
     out = []
     for name in _folder_files("checkpoints"):
@@ -188,7 +188,6 @@ def validate_source(source: str) -> bool | str:
     split = _split_file_source(source)
     if split is not None:
         folder, rest = split
-        from ..fillscope.checkpoints import PICKLE_SUFFIXES
 
         if rest.lower().endswith(PICKLE_SUFFIXES):
             return (f"[FillScope] input 'source': '{source}' is a pickled PyTorch checkpoint; FillScope never unpickles "
@@ -255,14 +254,13 @@ def mask_inputs():
 
 def prepare_masked_input(rec, image, mask, invert_mask, threshold, grow, feather, size_mode):
     """The engine's image/mask preparation with its notes and warnings recorded on the node."""
-    from ..fillscope.masks import prepare_image_and_mask
-
     rec.tensor("image", image, "input")
     rec.tensor("mask", mask, "input")
     prepared = prepare_image_and_mask(
         image, mask, invert=invert_mask, threshold=threshold, grow=grow, feather=feather, size_mode=size_mode
     )
     rec.fact("repaint coverage", f"{prepared.coverage:.1%}")
+    rec.geometry(prepared.geometry)
     for n in prepared.notes:
         rec.note(n)
     for w in prepared.warnings:
@@ -285,18 +283,6 @@ def tokenizer_folder(kind: str) -> Path:
 
     root = Path(comfy.utils.__file__).parent
     return root / ("sd1_tokenizer" if kind == "clip" else "text_encoders/t5_tokenizer")
-
-
-def finish(recorder: ShapeRecorder, inputs: tuple, *values, wrap: tuple = ()) -> io.NodeOutput:
-    """NodeOutput of (values..., shapes): values at the indices in `wrap` travel as Traced with the trail;
-    the shapes JSON and its text go to the node's ui (canvas and /history)."""
-    record = recorder.finish()
-    trail = merge_trails(*[i for i in inputs if isinstance(i, Traced)])
-    out_trail = trail + [record]
-    outs = [Traced(v, out_trail) if i in wrap else v for i, v in enumerate(values)]
-    doc = shapes_document(record, trail)
-    text = format_record(record)
-    return io.NodeOutput(*outs, shapes_json(record, trail), ui={"text": [text], "fillscope_shapes": [doc]})
 
 
 def progress_callback(total: int):

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from comfy_api.latest import io
 
-from . import common as c, memory
-from ..fillscope.trace.records import ShapeRecorder
+from ..fillscope.pipelines.flux_fill import build_fill_condition, sample_flux_fill
+from . import common as c
+from .base import FillScopeNode
 
 
-class FluxFillCondition(io.ComfyNode):
+class FluxFillCondition(FillScopeNode):
+    title = "FLUX Fill condition"
+    table = "flux_fill"
+
     @classmethod
     def define_schema(cls):
         return io.Schema(
@@ -24,18 +28,16 @@ class FluxFillCondition(io.ComfyNode):
         )
 
     @classmethod
-    def execute(cls, vae, image, mask, invert_mask, threshold, grow, feather, size_mode) -> io.NodeOutput:
-        from ..fillscope.flux_fill import build_fill_condition
-
-        rec = ShapeRecorder("FillScopeFluxFillCondition", "FLUX Fill condition")
-        prepared = c.prepare_masked_input(rec, image, mask, invert_mask, threshold, grow, feather, size_mode)
-        with memory.use(vae.value, rec=rec):
-            cond = build_fill_condition(vae.value, prepared, observe=rec.observe)
+    def run(cls, rec, vae, **mask_options):
+        cond = build_fill_condition(vae, c.prepare_masked_input(rec, **mask_options), observe=rec.observe)
         rec.fact("tokens", cond.tokens)
-        return c.finish(rec, (vae,), cond, wrap=(0,))
+        return cond
 
 
-class FluxFillSampler(io.ComfyNode):
+class FluxFillSampler(FillScopeNode):
+    title = "FLUX Fill sampler"
+    table = "flux_fill"
+
     @classmethod
     def define_schema(cls):
         return io.Schema(
@@ -62,18 +64,11 @@ class FluxFillSampler(io.ComfyNode):
         )
 
     @classmethod
-    def execute(cls, transformer, flux_text, condition, seed, steps, guidance, denoise) -> io.NodeOutput:
-        from ..fillscope.flux_fill import sample_flux_fill
-
-        rec = ShapeRecorder("FillScopeFluxFillSampler", "FLUX Fill sampler")
-        cb = c.progress_callback(steps)
-        with memory.use(transformer.value, rec=rec):
-            out = sample_flux_fill(
-                transformer.value, flux_text.value, condition.value,
-                steps=steps, guidance=guidance, seed=seed, denoise=denoise, callback=cb, observe=rec.observe,
-            )
-        c.record_sampler_result(rec, out, transformer.value)
-        return c.finish(rec, (transformer, flux_text, condition), out, wrap=(0,))
+    def run(cls, rec, transformer, flux_text, condition, seed, steps, guidance, denoise):
+        out = sample_flux_fill(transformer, flux_text, condition, steps=steps, guidance=guidance, seed=seed,
+                               denoise=denoise, callback=c.progress_callback(steps), observe=rec.observe)
+        c.record_sampler_result(rec, out, transformer)
+        return out
 
 
 NODES = [FluxFillCondition, FluxFillSampler]

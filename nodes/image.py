@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from comfy_api.latest import io
 
-from . import common as c, memory
-from ..fillscope.trace.records import ShapeRecorder
+from ..fillscope.decode import decode_to_image
+from ..fillscope.masks import as_paste_mask, paste_back
+from . import common as c
+from .base import FillScopeNode
 
 
-class VAEDecode(io.ComfyNode):
+class VAEDecode(FillScopeNode):
+    title = "VAE decode"
+
     @classmethod
     def define_schema(cls):
         return io.Schema(
@@ -21,23 +25,20 @@ class VAEDecode(io.ComfyNode):
         )
 
     @classmethod
-    def execute(cls, vae, latent) -> io.NodeOutput:
-        from ..fillscope.latents import decode_to_image
-
-        rec = ShapeRecorder("FillScopeVAEDecode", "VAE decode")
-        lat = latent.value
-        rec.tensor("latent.unpacked", lat.latents, "input")
-        with memory.use(vae.value, rec=rec):
-            image = decode_to_image(vae.value, lat, observe=rec.observe)
+    def run(cls, rec, vae, latent):
+        rec.tensor("latent.unpacked", latent.latents, "input")
+        image = decode_to_image(vae, latent, observe=rec.observe)
         rec.tensor("image", image)
-        if lat.unchanged:
+        if latent.unchanged:
             rec.warn("mask is empty: the source image is returned unchanged")
-        if vae.value.is_meta:
+        if vae.is_meta:
             rec.warn("meta weights: no pixel values exist; the IMAGE output is zeros of the right size")
-        return c.finish(rec, (vae, latent), image)
+        return image
 
 
-class PasteBack(io.ComfyNode):
+class PasteBack(FillScopeNode):
+    title = "Paste back"
+
     @classmethod
     def define_schema(cls):
         return io.Schema(
@@ -45,28 +46,31 @@ class PasteBack(io.ComfyNode):
             display_name="FillScope Paste Back",
             category=c.CATEGORY + "/image",
             description=(
-                "Composites the result into the source with the (feathered) mask the sampler used; kept pixels stay "
-                "bit-identical to the input."
+                "Composites the result into the source with the (feathered) mask the sampler used, or with the mask "
+                "wired here; kept pixels stay bit-identical to the input."
             ),
             inputs=[
                 io.Image.Input("generated", tooltip="The decoded result."),
                 c.Latent.Input("latent", tooltip="The sampler's latent: it carries the source image and the mask."),
+                io.Mask.Input("mask", optional=True,
+                              tooltip="Composite with this mask instead of the sampler's (as ImageCompositeMasked): "
+                                      "1 = take the generated pixel, soft values blend; the image's size."),
             ],
             outputs=[io.Image.Output("image"), c.shapes_output()],
         )
 
     @classmethod
-    def execute(cls, generated, latent) -> io.NodeOutput:
-        from ..fillscope.masks import paste_back
-
-        rec = ShapeRecorder("FillScopePasteBack", "Paste back")
-        prepared = latent.value.prepared
+    def run(cls, rec, generated, latent, mask=None):
+        source = latent.prepared.source
         rec.tensor("generated", generated, "input")
-        out = paste_back(generated.to(prepared.source.device), prepared.source, prepared.paste_mask)
-        kept = int((prepared.paste_mask == 0).sum())
-        rec.fact("kept pixels (exact source values)", f"{kept:,}")
+        if mask is not None:
+            rec.tensor("mask", mask, "input")
+            rec.note("composited with the mask wired to Paste Back, not the sampler's")
+        paste = latent.prepared.paste_mask if mask is None else as_paste_mask(mask, source)
+        out = paste_back(generated.to(source.device), source, paste)
+        rec.fact("kept pixels (exact source values)", f"{int((paste == 0).sum()):,}")
         rec.tensor("image", out)
-        return c.finish(rec, (latent,), out)
+        return out
 
 
 NODES = [VAEDecode, PasteBack]

@@ -7,10 +7,15 @@ import os
 
 from comfy_api.latest import io
 
+from ..fillscope.masks import synthetic_image_and_mask
+from ..fillscope.trace.summary import boundary_rows, format_rows
 from . import common as c
+from .base import FillScopeNode
 
 
-class SyntheticImageMask(io.ComfyNode):
+class SyntheticImageMask(FillScopeNode):
+    title = "Synthetic image + mask"
+
     @classmethod
     def define_schema(cls):
         return io.Schema(
@@ -24,17 +29,19 @@ class SyntheticImageMask(io.ComfyNode):
                 io.Float.Input("mask_fraction", default=0.5, min=0.0, max=1.0, step=0.05,
                                tooltip="Side of the centred mask as a fraction of the image (0 = empty mask)."),
             ],
-            outputs=[io.Image.Output("image"), io.Mask.Output("mask")],
+            outputs=[io.Image.Output("image"), io.Mask.Output("mask"), c.shapes_output()],
         )
 
     @classmethod
-    def execute(cls, width, height, mask_fraction) -> io.NodeOutput:
-        from ..fillscope.masks import synthetic_image_and_mask
+    def run(cls, rec, width, height, mask_fraction):
+        image, mask = synthetic_image_and_mask(width, height, mask_fraction)
+        rec.tensor("image", image)
+        rec.tensor("mask", mask)
+        rec.fact("repaint coverage", f"{float(mask.mean()):.1%}")
+        return image, mask
 
-        return io.NodeOutput(*synthetic_image_and_mask(width, height, mask_fraction))
 
-
-class ShapesReport(io.ComfyNode):
+class ShapesReport(FillScopeNode):
     @classmethod
     def define_schema(cls):
         return io.Schema(
@@ -51,10 +58,8 @@ class ShapesReport(io.ComfyNode):
         )
 
     @classmethod
-    def execute(cls, shapes, filename_prefix) -> io.NodeOutput:
+    def run(cls, rec, shapes, filename_prefix):
         import folder_paths
-
-        from ..fillscope.trace.summary import boundary_rows, format_rows
 
         doc = json.loads(shapes)
         rows = boundary_rows([doc])

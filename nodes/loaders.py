@@ -7,12 +7,27 @@ from __future__ import annotations
 
 from comfy_api.latest import io
 
-from . import common as c
+from ..fillscope.checkpoints import WrongKindError
+from ..fillscope.fp8 import store_blocks_in_fp8
+from ..fillscope.pipelines.flux_fill import load_flux_fill_transformer
+from ..fillscope.pipelines.sd3_controlnet import (
+    load_sd3_controlnet,
+    load_sd3_transformer,
+)
+from ..fillscope.placement import RESIDENCY, resolve_policy
+from ..fillscope.specs import COMPONENTS
+from ..fillscope.text import load_clip_g, load_clip_l, load_t5
 from ..fillscope.trace.records import ShapeRecorder
+from ..fillscope.vae import latent_format, load_vae
+from ..fillscope.weights import count_parameters, resolve_device
+from . import common as c
+from . import memory as comfy_memory  # (the loaders' `memory` input shadows the module name)
+from .base import FillScopeNode
 
 
-class _Loader(io.ComfyNode):
-    """Shared schema and execute; a subclass names its component and how to load and describe it."""
+class _Loader(FillScopeNode):
+    """Shared schema and run; a subclass names its component and how to load and describe it. The record's
+    title is the display name without "FillScope " (FillScopeNode's default)."""
 
     NODE_ID = ""
     DISPLAY = ""
@@ -87,27 +102,22 @@ class _Loader(io.ComfyNode):
                     "cards; outputs differ slightly from bf16 weights. Files that are already fp8 stay as they are.")]
 
     @classmethod
-    def execute(cls, source, dtype, device, placeholder_seed, memory="auto", storage="as loaded", **extra) -> io.NodeOutput:
-        from ..fillscope.placement import RESIDENCY, resolve_policy
-        from ..fillscope.weights import count_parameters, resolve_device
-
-        rec = ShapeRecorder(cls.NODE_ID, cls.DISPLAY.removeprefix("FillScope "))
+    def run(cls, rec, source, dtype, device, placeholder_seed, memory="auto", storage="as loaded", **extra):
         resolved = c.resolve_source(source)
         compute = resolve_device(device, str(resolved))
         # only `keep` loads straight onto the GPU; the others wait in CPU memory until a node needs them, so
         # loading a whole graph never holds every component on the card at once
         load_on = compute if resolve_policy(memory) == "keep" or compute == "meta" else "cpu"
-        comp = cls.load(resolved, dtype=dtype, device=load_on, seed=placeholder_seed, **extra)
+        try:
+            comp = cls.load(resolved, dtype=dtype, device=load_on, seed=placeholder_seed, **extra)
+        except WrongKindError as e:  # a file of another kind: named with this pack's and ComfyUI's loader nodes
+            raise e.retold(describe_loader) from None
         if storage == "fp8_e4m3fn":
-            from ..fillscope.fp8 import store_blocks_in_fp8
-
             comp.extras.setdefault("facts", {})["fp8 storage"] = store_blocks_in_fp8(comp)
         comp.extras["memory"] = memory
         comp.extras["compute_device"] = compute
         RESIDENCY.register(comp, memory)  # after any fp8 cast: the budget counts the bytes it holds
         if memory == "keep" and compute != "meta":
-            from . import memory as comfy_memory
-
             with comfy_memory.use(comp, rec=rec):  # on the GPU already: ComfyUI counts it now, so /free can release it
                 pass
         rec.fact("memory policy", memory)
@@ -125,7 +135,7 @@ class _Loader(io.ComfyNode):
         for note in comp.extras.get("notes", []):
             rec.note(note)
         cls.describe(rec, comp)
-        return c.finish(rec, (), comp, wrap=(0,))
+        return comp
 
     @classmethod
     def load(cls, source, **kw):
@@ -147,8 +157,6 @@ class LoadCLIPL(_Loader):
 
     @classmethod
     def load(cls, source, **kw):
-        from ..fillscope.text import load_clip_l
-
         return load_clip_l(source, tokenizer_fallback=c.tokenizer_folder("clip"), **kw)
 
 
@@ -165,8 +173,6 @@ class LoadT5(_Loader):
 
     @classmethod
     def load(cls, source, **kw):
-        from ..fillscope.text import load_t5
-
         return load_t5(source, tokenizer_fallback=c.tokenizer_folder("t5"), **kw)
 
 
@@ -182,8 +188,6 @@ class LoadFluxFillTransformer(_Loader):
 
     @classmethod
     def load(cls, source, **kw):
-        from ..fillscope.flux_fill import load_flux_fill_transformer
-
         return load_flux_fill_transformer(source, **kw)
 
     @classmethod
@@ -211,14 +215,10 @@ class LoadVAE(_Loader):
 
     @classmethod
     def load(cls, source, **kw):
-        from ..fillscope.vae import load_vae
-
         return load_vae(source, **kw)
 
     @classmethod
     def describe(cls, rec, comp):
-        from ..fillscope.vae import latent_format
-
         fmt = latent_format(comp)
         rec.fact("latent format", f"{fmt.channels} ch, z = (mean - {fmt.shift}) * {fmt.scale}")
 
@@ -234,8 +234,6 @@ class LoadCLIPG(_Loader):
 
     @classmethod
     def load(cls, source, **kw):
-        from ..fillscope.text import load_clip_g
-
         return load_clip_g(source, tokenizer_fallback=c.tokenizer_folder("clip"), **kw)
 
 
@@ -251,16 +249,12 @@ class LoadSD3Transformer(_Loader):
 
     @classmethod
     def extra_inputs(cls):
-        from ..fillscope.specs import COMPONENTS
-
         variants = list(COMPONENTS["sd3_transformer"].variants)
         return [io.Combo.Input("variant", options=variants, default=variants[0],
                                tooltip="Topology for placeholder/meta; a folder or file brings its own.")]
 
     @classmethod
     def load(cls, source, **kw):
-        from ..fillscope.sd3_inpaint import load_sd3_transformer
-
         return load_sd3_transformer(source, **kw)
 
     @classmethod
@@ -283,8 +277,6 @@ class LoadSD3ControlNet(_Loader):
 
     @classmethod
     def load(cls, source, **kw):
-        from ..fillscope.sd3_inpaint import load_sd3_controlnet
-
         return load_sd3_controlnet(source, **kw)
 
     @classmethod
@@ -295,3 +287,27 @@ class LoadSD3ControlNet(_Loader):
 
 
 NODES = [LoadCLIPL, LoadCLIPG, LoadT5, LoadFluxFillTransformer, LoadSD3Transformer, LoadSD3ControlNet, LoadVAE]
+
+# ComfyUI's own nodes for the files FillScope does not load, by the engine's neutral "what loads it" keys.
+COMFY_LOADERS = {
+    "checkpoint": "ComfyUI's Load Checkpoint node",
+    "diffusion_model": "ComfyUI's Load Diffusion Model node",
+    "lora": "ComfyUI's LoraLoader node",
+    "controlnet": "ComfyUI's Load ControlNet Model node",
+    "text_encoder": "ComfyUI's Load CLIP node",
+    "vae": "ComfyUI's Load VAE node",
+    "clip_vision": "ComfyUI's Load CLIP Vision node",
+}
+
+
+def describe_loader(kinds) -> str | None:
+    """The node(s) that load one set of tensors of the engine's component kinds / other-loader keys `kinds`
+    ("FillScope Load VAE (kind flux or sd3)", "ComfyUI's Load Checkpoint node"); None leaves the engine's words."""
+    names = []
+    for node in NODES:
+        mine = [k for k in kinds if k in node.KINDS]
+        if mine:
+            names.append(node.DISPLAY if len(node.KINDS) == 1 else
+                         f"{node.DISPLAY} (kind {' or '.join(k.removesuffix('_vae') for k in mine)})")
+    names += [COMFY_LOADERS[k] for k in kinds if k in COMFY_LOADERS]
+    return " or ".join(names) or None

@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from functools import lru_cache
 
 from ..fillscope import placement
+from ..fillscope.specs import COMPONENTS
 
 
 @lru_cache(maxsize=None)
@@ -156,8 +157,6 @@ def _gib(nbytes: int) -> str:
 
 
 def _record_moves(rec, arriving, evicted, whole) -> None:
-    from ..fillscope.specs import COMPONENTS
-
     def name(c):
         kind = COMPONENTS.get(c.kind)
         return kind.title if kind else c.kind

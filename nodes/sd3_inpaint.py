@@ -4,11 +4,18 @@ from __future__ import annotations
 
 from comfy_api.latest import io
 
-from . import common as c, memory
-from ..fillscope.trace.records import ShapeRecorder
+from ..fillscope.pipelines.sd3_controlnet import (
+    build_inpaint_condition,
+    sample_sd3_controlnet_inpaint,
+)
+from . import common as c
+from .base import FillScopeNode
 
 
-class SD3InpaintCondition(io.ComfyNode):
+class SD3InpaintCondition(FillScopeNode):
+    title = "SD3 inpaint condition"
+    table = "sd3_controlnet"
+
     @classmethod
     def define_schema(cls):
         return io.Schema(
@@ -24,17 +31,14 @@ class SD3InpaintCondition(io.ComfyNode):
         )
 
     @classmethod
-    def execute(cls, vae, image, mask, invert_mask, threshold, grow, feather, size_mode) -> io.NodeOutput:
-        from ..fillscope.sd3_inpaint import build_inpaint_condition
-
-        rec = ShapeRecorder("FillScopeSD3InpaintCondition", "SD3 inpaint condition")
-        prepared = c.prepare_masked_input(rec, image, mask, invert_mask, threshold, grow, feather, size_mode)
-        with memory.use(vae.value, rec=rec):
-            cond = build_inpaint_condition(vae.value, prepared, observe=rec.observe)
-        return c.finish(rec, (vae,), cond, wrap=(0,))
+    def run(cls, rec, vae, **mask_options):
+        return build_inpaint_condition(vae, c.prepare_masked_input(rec, **mask_options), observe=rec.observe)
 
 
-class SD3ControlNetInpaintSampler(io.ComfyNode):
+class SD3ControlNetInpaintSampler(FillScopeNode):
+    title = "SD3 ControlNet inpaint sampler"
+    table = "sd3_controlnet"
+
     @classmethod
     def define_schema(cls):
         return io.Schema(
@@ -72,20 +76,11 @@ class SD3ControlNetInpaintSampler(io.ComfyNode):
         )
 
     @classmethod
-    def execute(cls, transformer, controlnet, positive, negative, condition, seed, steps, cfg, control_scale,
-                control_start, control_end, shift, denoise, residual_mapping) -> io.NodeOutput:
-        from ..fillscope.sd3_inpaint import sample_sd3_controlnet_inpaint
-
-        rec = ShapeRecorder("FillScopeSD3ControlNetInpaintSampler", "SD3 ControlNet inpaint sampler")
-        with memory.use(transformer.value, controlnet.value, rec=rec):
-            out = sample_sd3_controlnet_inpaint(
-                transformer.value, controlnet.value, positive.value, negative.value, condition.value,
-                steps=steps, cfg=cfg, control_scale=control_scale, control_start=control_start,
-                control_end=control_end, shift=shift, seed=seed, denoise=denoise,
-                residual_mapping=residual_mapping, callback=c.progress_callback(steps), observe=rec.observe,
-            )
-        c.record_sampler_result(rec, out, transformer.value)
-        return c.finish(rec, (transformer, controlnet, positive, negative, condition), out, wrap=(0,))
+    def run(cls, rec, transformer, controlnet, positive, negative, condition, steps, **options):
+        out = sample_sd3_controlnet_inpaint(transformer, controlnet, positive, negative, condition, steps=steps,
+                                            callback=c.progress_callback(steps), observe=rec.observe, **options)
+        c.record_sampler_result(rec, out, transformer)
+        return out
 
 
 NODES = [SD3InpaintCondition, SD3ControlNetInpaintSampler]

@@ -4,11 +4,20 @@ from __future__ import annotations
 
 from comfy_api.latest import io
 
-from . import common as c, memory
-from ..fillscope.trace.records import ShapeRecorder
+from ..fillscope.text import (
+    encode_clip,
+    encode_clip_l,
+    encode_t5,
+    flux_text_condition,
+    sd3_text_condition,
+)
+from . import common as c
+from .base import FillScopeNode
 
 
-class CLIPLEncode(io.ComfyNode):
+class CLIPLEncode(FillScopeNode):
+    title = "CLIP-L encode"
+
     @classmethod
     def define_schema(cls):
         return io.Schema(
@@ -24,14 +33,10 @@ class CLIPLEncode(io.ComfyNode):
         )
 
     @classmethod
-    def execute(cls, clip_l, text) -> io.NodeOutput:
-        from ..fillscope.text import encode_clip_l
-
-        rec = ShapeRecorder("FillScopeCLIPLEncode", "CLIP-L encode")
-        with memory.use(clip_l.value, rec=rec):
-            out = encode_clip_l(clip_l.value, text)
+    def run(cls, rec, clip_l, text):
+        out = encode_clip_l(clip_l, text)
         record_clip(rec, "clip_l", out)
-        return c.finish(rec, (clip_l,), out, wrap=(0,))
+        return out
 
 
 def record_clip(rec, prefix, out) -> None:
@@ -45,7 +50,9 @@ def record_clip(rec, prefix, out) -> None:
         rec.note("no text projection in these weights: text_embeds (SD3's pooled input) unavailable")
 
 
-class CLIPGEncode(io.ComfyNode):
+class CLIPGEncode(FillScopeNode):
+    title = "CLIP-G encode"
+
     @classmethod
     def define_schema(cls):
         return io.Schema(
@@ -58,17 +65,15 @@ class CLIPGEncode(io.ComfyNode):
         )
 
     @classmethod
-    def execute(cls, clip_g, text) -> io.NodeOutput:
-        from ..fillscope.text import encode_clip
-
-        rec = ShapeRecorder("FillScopeCLIPGEncode", "CLIP-G encode")
-        with memory.use(clip_g.value, rec=rec):
-            out = encode_clip(clip_g.value, text)
+    def run(cls, rec, clip_g, text):
+        out = encode_clip(clip_g, text)
         record_clip(rec, "clip_g", out)
-        return c.finish(rec, (clip_g,), out, wrap=(0,))
+        return out
 
 
-class T5Encode(io.ComfyNode):
+class T5Encode(FillScopeNode):
+    title = "T5-XXL encode"
+
     @classmethod
     def define_schema(cls):
         return io.Schema(
@@ -85,21 +90,19 @@ class T5Encode(io.ComfyNode):
         )
 
     @classmethod
-    def execute(cls, t5, text, max_length) -> io.NodeOutput:
-        from ..fillscope.text import encode_t5
-
-        rec = ShapeRecorder("FillScopeT5Encode", "T5-XXL encode")
-        with memory.use(t5.value, rec=rec):
-            out = encode_t5(t5.value, text, max_length)
+    def run(cls, rec, t5, text, max_length):
+        out = encode_t5(t5, text, max_length)
         rec.tensor("t5.input_ids", out.input_ids, "input")
         rec.tensor("t5.hidden", out.hidden)
         rec.fact("prompt tokens (with EOS)", f"{out.real_tokens} of {max_length}")
         if out.real_tokens >= max_length:
             rec.warn(f"prompt truncated to {max_length} T5 tokens")
-        return c.finish(rec, (t5,), out, wrap=(0,))
+        return out
 
 
-class FluxTextCondition(io.ComfyNode):
+class FluxTextCondition(FillScopeNode):
+    title = "FLUX text condition"
+
     @classmethod
     def define_schema(cls):
         return io.Schema(
@@ -112,18 +115,17 @@ class FluxTextCondition(io.ComfyNode):
         )
 
     @classmethod
-    def execute(cls, t5_embeds, clip_embeds) -> io.NodeOutput:
-        from ..fillscope.text import flux_text_condition
-
-        rec = ShapeRecorder("FillScopeFluxTextCondition", "FLUX text condition")
-        cond = flux_text_condition(t5_embeds.value, clip_embeds.value)
+    def run(cls, rec, t5_embeds, clip_embeds):
+        cond = flux_text_condition(t5_embeds, clip_embeds)
         rec.tensor("encoder_hidden_states", cond.t5_hidden)
         rec.tensor("pooled_projections", cond.pooled)
         rec.tensor("txt_ids", cond.txt_ids)
-        return c.finish(rec, (t5_embeds, clip_embeds), cond, wrap=(0,))
+        return cond
 
 
-class SD3TextCondition(io.ComfyNode):
+class SD3TextCondition(FillScopeNode):
+    title = "SD3 text condition"
+
     @classmethod
     def define_schema(cls):
         return io.Schema(
@@ -140,16 +142,13 @@ class SD3TextCondition(io.ComfyNode):
         )
 
     @classmethod
-    def execute(cls, clip_l_embeds, clip_g_embeds, t5_embeds) -> io.NodeOutput:
-        from ..fillscope.text import sd3_text_condition
-
-        rec = ShapeRecorder("FillScopeSD3TextCondition", "SD3 text condition")
-        cond = sd3_text_condition(clip_l_embeds.value, clip_g_embeds.value, t5_embeds.value, observe=rec.observe)
+    def run(cls, rec, clip_l_embeds, clip_g_embeds, t5_embeds):
+        cond = sd3_text_condition(clip_l_embeds, clip_g_embeds, t5_embeds, observe=rec.observe)
         rec.tensor("joint_context", cond.context)
         rec.tensor("pooled", cond.pooled)
-        if t5_embeds.value.hidden.shape[1] != 256:
-            rec.note(f"T5 length {t5_embeds.value.hidden.shape[1]} (SD3 uses 256)")
-        return c.finish(rec, (clip_l_embeds, clip_g_embeds, t5_embeds), cond, wrap=(0,))
+        if t5_embeds.hidden.shape[1] != 256:
+            rec.note(f"T5 length {t5_embeds.hidden.shape[1]} (SD3 uses 256)")
+        return cond
 
 
 NODES = [CLIPLEncode, CLIPGEncode, T5Encode, FluxTextCondition, SD3TextCondition]

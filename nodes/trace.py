@@ -5,7 +5,11 @@ from __future__ import annotations
 
 from comfy_api.latest import io
 
-from . import common as c, memory
+from ..fillscope.masks import Geometry
+from ..fillscope.trace.report import write_report
+from ..fillscope.trace.run import trace_pipeline
+from . import common as c
+from .base import FillScopeNode
 
 
 def _trace_inputs():
@@ -21,7 +25,6 @@ def _trace_inputs():
 def _write(report, filename_prefix):
     import folder_paths
 
-    from ..fillscope.trace.report import write_report
 
     full_dir, name, counter, subfolder, _ = folder_paths.get_save_image_path(filename_prefix, folder_paths.get_output_directory())
     html, js = write_report(report, full_dir, f"{name}_{counter:05}")
@@ -42,7 +45,28 @@ def _summary(report) -> str:
     return "\n".join(lines)
 
 
-class FluxFillTrace(io.ComfyNode):
+class _Trace(FillScopeNode):
+    """Shared run: trace the stack (the component inputs), write the report, record its measured shapes (a Shapes
+    Report can table them); the node shows the summary and the report files."""
+
+    @classmethod
+    def run(cls, rec, width, height, prompt, line_trace, filename_prefix, **stack):
+        report = trace_pipeline(cls.family, stack, height=height, width=width, prompt=prompt, line_trace=line_trace)
+        for name, fig in report["figures"].items():
+            if fig.get("unit") == "shape" and fig.get("provenance") == "measured":
+                rec.measured(name, fig["value"], fig["dtype"], fig["device"], "internal")
+        source = report["figures"].get("source_image")  # the synthetic input on the model grid (padded)
+        if source:
+            (h, w), (gh, gw) = (report["run"]["height"], report["run"]["width"]), source["value"][-2:]
+            rec.geometry(Geometry(h, w, gh, gw, "exact" if (gh, gw) == (h, w) else "pad"))
+        return io.NodeOutput(ui={"text": [_summary(report)], "fillscope_report": _write(report, filename_prefix)})
+
+
+class FluxFillTrace(_Trace):
+    family = "flux-fill"
+    title = "FLUX Fill trace"
+    table = "flux_fill"
+
     @classmethod
     def define_schema(cls):
         return io.Schema(
@@ -51,21 +75,17 @@ class FluxFillTrace(io.ComfyNode):
             category=c.CATEGORY + "/inspect",
             description="Runs the loaded FLUX Fill stack for one denoiser step under the tracers and writes the five-page report.",
             inputs=[c.ClipL.Input("clip_l"), c.T5.Input("t5"), c.FluxFillModel.Input("transformer"), c.Vae.Input("vae"), *_trace_inputs()],
-            outputs=[],
+            outputs=[c.shapes_output()],
             is_output_node=True,
         )
 
-    @classmethod
-    def execute(cls, clip_l, t5, transformer, vae, width, height, prompt, line_trace, filename_prefix) -> io.NodeOutput:
-        from ..fillscope.trace.run import trace_flux_fill
-
-        stack = {"clip_l": clip_l.value, "t5": t5.value, "transformer": transformer.value, "vae": vae.value}
-        with memory.use(*stack.values()):  # the trace runs every component
-            report = trace_flux_fill(stack, height=height, width=width, prompt=prompt, line_trace=line_trace)
-        return io.NodeOutput(ui={"text": [_summary(report)], "fillscope_report": _write(report, filename_prefix)})
 
 
-class SD3ControlNetTrace(io.ComfyNode):
+class SD3ControlNetTrace(_Trace):
+    family = "sd3-controlnet-inpaint"
+    title = "SD3 ControlNet trace"
+    table = "sd3_controlnet"
+
     @classmethod
     def define_schema(cls):
         return io.Schema(
@@ -75,20 +95,10 @@ class SD3ControlNetTrace(io.ComfyNode):
             description="Runs the loaded SD3 + inpainting ControlNet stack for one CFG denoiser step under the tracers and writes the five-page report.",
             inputs=[c.ClipL.Input("clip_l"), c.ClipG.Input("clip_g"), c.T5.Input("t5"), c.SD3Model.Input("transformer"),
                     c.SD3ControlNet.Input("controlnet"), c.Vae.Input("vae"), *_trace_inputs()],
-            outputs=[],
+            outputs=[c.shapes_output()],
             is_output_node=True,
         )
 
-    @classmethod
-    def execute(cls, clip_l, clip_g, t5, transformer, controlnet, vae, width, height, prompt, line_trace,
-                filename_prefix) -> io.NodeOutput:
-        from ..fillscope.trace.run import trace_sd3_controlnet
-
-        stack = {"clip_l": clip_l.value, "clip_g": clip_g.value, "t5": t5.value, "transformer": transformer.value,
-                 "controlnet": controlnet.value, "vae": vae.value}
-        with memory.use(*stack.values()):
-            report = trace_sd3_controlnet(stack, height=height, width=width, prompt=prompt, line_trace=line_trace)
-        return io.NodeOutput(ui={"text": [_summary(report)], "fillscope_report": _write(report, filename_prefix)})
 
 
 NODES = [FluxFillTrace, SD3ControlNetTrace]

@@ -26,11 +26,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
+
+from fillscope.trace.report import chromium_path
 
 CHROMIUM_ARGS = [
     "--no-sandbox",
@@ -40,17 +41,6 @@ CHROMIUM_ARGS = [
     "--disable-sync",
     "--no-first-run",
 ]
-
-
-def chromium_path() -> str | None:
-    """The chromium executable to use (env FILLSCOPE_CHROMIUM, else /usr/bin/chromium, else on PATH), or None."""
-    env = os.environ.get("FILLSCOPE_CHROMIUM")
-    if env:
-        return env if os.path.isfile(env) else None
-    for cand in ("/usr/bin/chromium", shutil.which("chromium"), shutil.which("chromium-browser")):
-        if cand and os.path.isfile(cand):
-            return cand
-    return None
 
 
 def playwright_available() -> bool:

@@ -31,12 +31,13 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from tiny_flux import TINY_CLIP_CONFIG, TINY_T5_CONFIG, TINY_TRANSFORMER_CONFIG, comfyui_root
+from comfy_server import comfyui_path as comfyui_root
+from tiny_flux import TINY_CLIP_CONFIG, TINY_T5_CONFIG, TINY_TRANSFORMER_CONFIG
 from tiny_sd3 import TINY_CLIP_G_CONFIG, TINY_CLIP_L_CONFIG, TINY_HEADS, TINY_SD3_T5_CONFIG
 
 HINT_KEY = "fillscope.config"
 
-# What a tiny header cannot say (see fillscope/checkpoints.py): per component.
+# What a tiny header cannot say (see fillscope/checkpoints/shapes.py): per component.
 TINY_HINTS = {
     "flux_fill_transformer": {"axes_dims_rope": list(TINY_TRANSFORMER_CONFIG["axes_dims_rope"])},
     "sd3_transformer": {"num_attention_heads": TINY_HEADS},

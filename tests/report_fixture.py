@@ -13,7 +13,23 @@ from __future__ import annotations
 
 import copy
 
+from fillscope.pipelines import PIPELINES
+from fillscope.specs import shipped_config
+from fillscope.trace.run import layout_pages
+
 FIXTURE_WEIGHTS = "fixture: synthetic test values (not a real trace)"
+
+
+# stack name -> component kind, per family (the production configs the layouts' '{component.key}' read)
+_KINDS = {"clip_l": "clip_l", "clip_g": "clip_g", "t5": "t5_xxl", "controlnet": "sd3_controlnet"}
+_FAMILY_KINDS = {"flux-fill": {"transformer": "flux_fill_transformer", "vae": "flux_vae"},
+                 "sd3-controlnet-inpaint": {"transformer": "sd3_transformer", "vae": "sd3_vae"}}
+
+
+def production_configs(family: str) -> dict[str, dict]:
+    """The shipped production config of each component of `family`'s stack."""
+    kinds = {**_KINDS, **_FAMILY_KINDS[family]}
+    return {name: shipped_config(kinds[name]) for name in PIPELINES[family].COMPONENTS}
 
 
 def _lin(i, o, bias=True):
@@ -62,17 +78,18 @@ def _flux(device: str) -> dict:
     how = f"forward hook on the module, shape read off the tensor ({dev})"
     figs: dict = {}
     _measured(figs, dev, {
-        "prompt.clip_tokens": ([1, 77], "CLIP-L token ids", "CLIP-L token ids"),
-        "prompt.t5_tokens": ([1, 512], "T5 token ids", "T5 token ids"),
+        "clip_l.input_ids": ([1, 77], "CLIP-L token ids", "CLIP-L token ids"),
+        "t5.input_ids": ([1, 512], "T5 token ids", "T5 token ids"),
         "clip_l.pooled": ([1, 768], "CLIP-L pooled (pooler_output)", "CLIP-L pooled 向量"),
         "t5.hidden": ([1, 512, 4096], "T5-XXL last hidden state", "T5-XXL 最后隐藏层"),
         "context.embedded": ([1, 512, 3072], "text context after context_embedder", "context_embedder 后的文本上下文"),
         "masked_image": ([1, 3, 1024, 1024], "masked source image", "遮罩后的源图"),
         "mask": ([1, 1, 1024, 1024], "pixel mask (1 = repaint)", "像素 mask（1 = 重绘）"),
         "masked_image_latents": ([1, 16, 128, 128], "VAE encode of the masked image (scaled)", "遮罩图的 VAE 编码（已缩放）"),
+        "masked_image_latents.packed": ([1, 4096, 64], "masked-image latents, packed 2×2", "遮罩图 latent（2×2 打包）"),
         "mask.packed": ([1, 4096, 256], "pixel mask, 8×8 blocks → 64 ch, packed 2×2", "mask：8×8 块 → 64 通道，2×2 打包"),
         "fill_condition": ([1, 4096, 320], "fill condition = cat(latents 64, mask 256)", "Fill 条件 = cat(latent 64, mask 256)"),
-        "noise.packed": ([1, 4096, 64], "noisy latent, packed 2×2", "加噪 latent（2×2 打包）"),
+        "noisy_latents.packed": ([1, 4096, 64], "noisy latent, packed 2×2", "加噪 latent（2×2 打包）"),
         "transformer.input": ([1, 4096, 384], "transformer input = cat(noisy 64, condition 320)", "Transformer 输入 = cat(noisy 64, 条件 320)"),
         "hidden.embedded": ([1, 4096, 3072], "image tokens after x_embedder", "x_embedder 后的图像 token"),
         "timestep": ([1], "timestep", "时间步"),
@@ -156,84 +173,8 @@ def _flux(device: str) -> dict:
         "title": "FLUX.1 Fill [dev]",
         "run": _run(dev),
         "figures": figs,
-        "pages": {
-            "macro": {
-                "nodes": [
-                    {"id": "prompt", "label_en": "Prompt", "label_zh": "提示词", "kind": "input",
-                     "detail_en": "token ids", "detail_zh": "token ids"},
-                    {"id": "image", "label_en": "Masked image", "label_zh": "遮罩图像", "kind": "input",
-                     "detail_en": "source × (1 − mask)", "detail_zh": "源图 × (1 − mask)"},
-                    {"id": "mask", "label_en": "Mask", "label_zh": "Mask", "kind": "input",
-                     "detail_en": "1 = repaint", "detail_zh": "1 = 重绘"},
-                    {"id": "noise", "label_en": "Noisy latent", "label_zh": "加噪 latent", "kind": "input",
-                     "detail_en": "batch = 1, packed 2×2", "detail_zh": "batch = 1，2×2 打包"},
-                    {"id": "clip_l", "label_en": "CLIP-L", "label_zh": "CLIP-L", "kind": "encoder",
-                     "detail_en": "pooled text embedding", "detail_zh": "pooled 文本向量"},
-                    {"id": "t5", "label_en": "T5-XXL", "label_zh": "T5-XXL", "kind": "encoder",
-                     "detail_en": "full text encoder, 512 tokens", "detail_zh": "完整文本编码器，512 token"},
-                    {"id": "vae_enc", "label_en": "VAE encoder", "label_zh": "VAE 编码器", "kind": "encoder",
-                     "detail_en": "masked image → latent", "detail_zh": "遮罩图 → latent"},
-                    {"id": "fill", "label_en": "Fill condition", "label_zh": "Fill 条件", "kind": "assembly",
-                     "detail_en": "noisy 64 + condition 320", "detail_zh": "noisy 64 + 条件 320"},
-                    {"id": "transformer", "label_en": "FLUX transformer", "label_zh": "FLUX Transformer", "kind": "denoiser",
-                     "detail_en": "dedicated 384-channel Fill, 19 double + 38 single blocks",
-                     "detail_zh": "384 通道 Fill 专用，19 双流 + 38 单流，未折叠"},
-                    {"id": "vae_dec", "label_en": "VAE decoder", "label_zh": "VAE 解码器", "kind": "vae",
-                     "detail_en": "latent → pixels", "detail_zh": "latent → 像素"},
-                    {"id": "out", "label_en": "Final image", "label_zh": "最终图像", "kind": "output",
-                     "detail_en": "1024 × 1024", "detail_zh": "1024 × 1024"},
-                ],
-                "edges": [
-                    {"from": "prompt", "to": "clip_l", "figure": "prompt.clip_tokens"},
-                    {"from": "prompt", "to": "t5", "figure": "prompt.t5_tokens"},
-                    {"from": "image", "to": "vae_enc", "figure": "masked_image"},
-                    {"from": "mask", "to": "fill", "figure": "mask"},
-                    {"from": "noise", "to": "fill", "figure": "noise.packed"},
-                    {"from": "vae_enc", "to": "fill", "figure": "masked_image_latents"},
-                    {"from": "clip_l", "to": "transformer", "figure": "clip_l.pooled"},
-                    {"from": "t5", "to": "transformer", "figure": "t5.hidden"},
-                    {"from": "fill", "to": "transformer", "figure": "transformer.input"},
-                    {"from": "transformer", "to": "vae_dec", "figure": "latent.unpacked"},
-                    {"from": "vae_dec", "to": "out", "figure": "decoded_image"},
-                ],
-            },
-            "conditions": {
-                "branches": [
-                    {"id": "clip_l", "label_en": "CLIP-L", "label_zh": "CLIP-L", "layers": 12, "hidden": 768, "heads": 12,
-                     "output_figure": "clip_l.pooled", "static": True},
-                    {"id": "t5", "label_en": "T5-XXL", "label_zh": "T5-XXL", "layers": 24, "hidden": 4096, "heads": 64,
-                     "output_figure": "t5.hidden", "static": True},
-                ],
-                "merge": {"label_en": "Dual condition merge", "label_zh": "双条件合并",
-                          "rule_en": "sequence condition: T5 → context_embedder (4096 → 3072), joined with the image "
-                                     "tokens in every double-stream block; global condition: CLIP-L pooled + timestep "
-                                     "+ guidance → AdaLN modulation of every block",
-                          "rule_zh": "序列条件：T5 → context_embedder（4096 → 3072），在每个双流 block 中与图像 token "
-                                     "联合；全局条件：CLIP-L pooled + 时间步 + guidance → 每个 block 的 AdaLN 调制",
-                          "output_figure": "context.embedded"},
-            },
-            "denoiser": {
-                "stages": [
-                    {"id": "double", "label_en": "Double-stream blocks", "label_zh": "双流 Block", "count": 19, "blocks": double},
-                    {"id": "single", "label_en": "Single-stream blocks", "label_zh": "单流 Block", "count": 38, "blocks": single},
-                ],
-                "inputs": ["transformer.input", "t5.hidden", "clip_l.pooled", "timestep", "guidance", "img_ids", "txt_ids"],
-                "outputs": ["transformer.output"],
-            },
-            "micro": {
-                "block_name": "transformer_blocks.0",
-                "rows": micro_rows,
-                "assembly": {"label_en": "Fill condition assembly", "label_zh": "Fill 条件组装",
-                             "parts": ["noise.packed", "fill_condition"], "result": "transformer.input",
-                             "rule_en": "channel concat on the last axis: noisy 64 + (masked-image latents 64 + "
-                                        "mask 256 = 320) → 384 = x_embedder in_channels",
-                             "rule_zh": "在最后一维拼接：noisy 64 +（遮罩图 latent 64 + mask 256 = 320）→ 384 = "
-                                        "x_embedder 输入通道"},
-            },
-            "vae": {"encode_figure": "masked_image_latents", "decode_figure": "decoded_image",
-                    "encode_input_figure": "masked_image", "decode_input_figure": "latent.unpacked",
-                    "channel_ladder": [128, 256, 512, 512], "latent_channels": 16, "ladder_provenance": "static-config"},
-        },
+        "pages": layout_pages("flux-fill", production_configs("flux-fill"), {"double": double, "single": single},
+                              micro_rows),
         "evidence": {
             "module": {"rows": 2029, "hits": 2051,
                        "per_component": {"transformer": {"rows": 1412, "hits": 1412}, "text_encoder_2 (T5)": {"rows": 412, "hits": 412},
@@ -281,8 +222,9 @@ def _sd3(device: str) -> dict:
     how = f"forward hook on the module, shape read off the tensor ({dev})"
     figs: dict = {}
     _measured(figs, dev, {
-        "prompt.tokens": ([1, 77], "CLIP token ids", "CLIP token ids"),
-        "prompt.t5_tokens": ([1, 256], "T5 token ids (max_sequence_length 256)", "T5 token ids（最长 256）"),
+        "clip_l.input_ids": ([1, 77], "CLIP-L token ids", "CLIP-L token ids"),
+        "clip_g.input_ids": ([1, 77], "CLIP-G token ids", "CLIP-G token ids"),
+        "t5.input_ids": ([1, 256], "T5 token ids (max_sequence_length 256)", "T5 token ids（最长 256）"),
         "clip_l.penultimate": ([1, 77, 768], "CLIP-L penultimate hidden", "CLIP-L 倒数第二层"),
         "clip_l.text_embeds": ([1, 768], "CLIP-L text_embeds", "CLIP-L text_embeds"),
         "clip_g.penultimate": ([1, 77, 1280], "OpenCLIP bigG penultimate hidden", "OpenCLIP bigG 倒数第二层"),
@@ -293,14 +235,16 @@ def _sd3(device: str) -> dict:
         "masked_image": ([1, 3, 1024, 1024], "masked source image", "遮罩后的源图"),
         "mask": ([1, 1, 1024, 1024], "pixel mask (1 = repaint)", "像素 mask（1 = 重绘）"),
         "masked_image_latents": ([1, 16, 128, 128], "VAE encode of the masked image (scaled)", "遮罩图的 VAE 编码（已缩放）"),
-        "mask.latent": ([1, 1, 128, 128], "mask resized to the latent grid", "缩放到 latent 网格的 mask"),
+        "keep_mask.latent": ([1, 1, 128, 128], "mask resized to the latent grid", "缩放到 latent 网格的 mask"),
         "inpaint_condition": ([1, 17, 128, 128], "inpaint condition = cat(masked latents 16, mask 1)", "Inpaint 条件 = cat(latent 16, mask 1)"),
         "initial_noise": ([1, 16, 128, 128], "noisy latent", "加噪 latent"),
         "hidden.patched": ([1, 4096, 1536], "image tokens after pos_embed (2×2 patches)", "pos_embed 后的图像 token（2×2 patch）"),
         "context.embedded": ([1, 333, 1536], "context after context_embedder", "context_embedder 后的上下文"),
         "timestep": ([1], "timestep", "时间步"),
-        "controlnet.residual": ([1, 4096, 1536], "ControlNet residual (each of 23)", "ControlNet 残差（23 个之一）"),
+        "controlnet.residual[0]": ([1, 4096, 1536], "ControlNet residual 0 (each of 23)", "ControlNet 残差 0（23 个之一）"),
         "transformer.output": ([1, 16, 128, 128], "transformer output (velocity)", "Transformer 输出（速度）"),
+        "velocity.guided": ([1, 16, 128, 128], "guided velocity (after CFG)", "CFG 后的速度"),
+        "latent": ([1, 16, 128, 128], "denoised latent", "去噪 latent"),
         "decoded_image": ([1, 3, 1024, 1024], "decoded image", "解码图像"),
     }, how)
     figs["controlnet.num_layers"] = _fig(23, "count", "static-config", "", "controlnet/config.json num_layers",
@@ -322,7 +266,7 @@ def _sd3(device: str) -> dict:
               "params": jp if i < 23 else jl, "flops": float(jf if i < 23 else jlf), "hits": 1,
               "wall_s": round(0.0024 + 0.00006 * (i % 4), 6) if dev != "cuda" else round(0.0064 + 0.0001 * (i % 3), 6),
               "provenance": "measured", "device": dev} for i in range(24)]
-    control = [{"name": f"controlnet.transformer_blocks.{i}", "class": "JointTransformerBlock",
+    control = [{"name": f"transformer_blocks.{i}", "class": "JointTransformerBlock",
                 "inputs": f"{img} {ctx} temb {emb}", "outputs": f"{ctx} {img}",
                 "params": jp, "flops": float(jf), "hits": 1,
                 "wall_s": round(0.0023 + 0.00005 * (i % 4), 6) if dev != "cuda" else round(0.0062 + 0.0001 * (i % 3), 6),
@@ -374,99 +318,8 @@ def _sd3(device: str) -> dict:
         "title": "SD3 ControlNet Inpainting",
         "run": _run(dev),
         "figures": figs,
-        "pages": {
-            "macro": {
-                "nodes": [
-                    {"id": "prompt", "label_en": "Prompt", "label_zh": "提示词", "kind": "input",
-                     "detail_en": "token ids", "detail_zh": "token ids"},
-                    {"id": "image", "label_en": "Masked image", "label_zh": "遮罩图像", "kind": "input",
-                     "detail_en": "source × (1 − mask)", "detail_zh": "源图 × (1 − mask)"},
-                    {"id": "mask", "label_en": "Mask", "label_zh": "Mask", "kind": "input",
-                     "detail_en": "1 = repaint", "detail_zh": "1 = 重绘"},
-                    {"id": "noise", "label_en": "Noisy latent", "label_zh": "加噪 latent", "kind": "input",
-                     "detail_en": "batch = 1", "detail_zh": "batch = 1"},
-                    {"id": "clip_l", "label_en": "CLIP-L", "label_zh": "CLIP-L", "kind": "encoder",
-                     "detail_en": "12 layers", "detail_zh": "12 层"},
-                    {"id": "clip_g", "label_en": "OpenCLIP bigG", "label_zh": "OpenCLIP bigG", "kind": "encoder",
-                     "detail_en": "32 layers", "detail_zh": "32 层"},
-                    {"id": "t5", "label_en": "T5-XXL", "label_zh": "T5-XXL", "kind": "encoder",
-                     "detail_en": "full text encoder, 256 tokens", "detail_zh": "完整文本编码器，256 token"},
-                    {"id": "vae_enc", "label_en": "VAE encoder", "label_zh": "VAE 编码器", "kind": "encoder",
-                     "detail_en": "masked image → latent", "detail_zh": "遮罩图 → latent"},
-                    {"id": "ctx", "label_en": "Joint text context", "label_zh": "联合文本上下文", "kind": "assembly",
-                     "detail_en": "L ++ G padded to 4096, cat T5", "detail_zh": "L ++ G 补零到 4096，拼接 T5"},
-                    {"id": "cond", "label_en": "Inpaint condition", "label_zh": "Inpaint 条件", "kind": "assembly",
-                     "detail_en": "16-ch latent + 1-ch mask", "detail_zh": "16 通道 latent + 1 通道 mask"},
-                    {"id": "controlnet", "label_en": "SD3 ControlNet", "label_zh": "SD3 ControlNet", "kind": "denoiser",
-                     "detail_en": "23 joint blocks → residuals", "detail_zh": "23 个 joint block → 残差"},
-                    {"id": "transformer", "label_en": "SD3Transformer2DModel", "label_zh": "SD3Transformer2DModel",
-                     "kind": "denoiser", "detail_en": "24 joint blocks + residuals, full depth",
-                     "detail_zh": "24 个 joint block + 残差，完整层数"},
-                    {"id": "vae_dec", "label_en": "VAE decoder", "label_zh": "VAE 解码器", "kind": "vae",
-                     "detail_en": "latent → pixels", "detail_zh": "latent → 像素"},
-                    {"id": "out", "label_en": "Final image", "label_zh": "最终图像", "kind": "output",
-                     "detail_en": "1024 × 1024", "detail_zh": "1024 × 1024"},
-                ],
-                "edges": [
-                    {"from": "prompt", "to": "clip_l", "figure": "prompt.tokens"},
-                    {"from": "prompt", "to": "clip_g", "figure": "prompt.tokens"},
-                    {"from": "prompt", "to": "t5", "figure": "prompt.t5_tokens"},
-                    {"from": "image", "to": "vae_enc", "figure": "masked_image"},
-                    {"from": "clip_l", "to": "ctx", "figure": "clip_l.penultimate"},
-                    {"from": "clip_g", "to": "ctx", "figure": "clip_g.penultimate"},
-                    {"from": "t5", "to": "ctx", "figure": "t5.hidden"},
-                    {"from": "vae_enc", "to": "cond", "figure": "masked_image_latents"},
-                    {"from": "mask", "to": "cond", "figure": "mask"},
-                    {"from": "ctx", "to": "transformer", "figure": "joint_context"},
-                    {"from": "ctx", "to": "controlnet", "figure": "pooled"},
-                    {"from": "cond", "to": "controlnet", "figure": "inpaint_condition"},
-                    {"from": "noise", "to": "controlnet", "figure": "initial_noise"},
-                    {"from": "controlnet", "to": "transformer", "figure": "controlnet.residual"},
-                    {"from": "transformer", "to": "vae_dec", "figure": "transformer.output"},
-                    {"from": "vae_dec", "to": "out", "figure": "decoded_image"},
-                ],
-            },
-            "conditions": {
-                "branches": [
-                    {"id": "clip_l", "label_en": "CLIP-L", "label_zh": "CLIP-L", "layers": 12, "hidden": 768, "heads": 12,
-                     "output_figure": "clip_l.penultimate", "static": True},
-                    {"id": "clip_g", "label_en": "OpenCLIP bigG", "label_zh": "OpenCLIP bigG", "layers": 32, "hidden": 1280,
-                     "heads": 20, "output_figure": "clip_g.penultimate", "static": True},
-                    {"id": "t5", "label_en": "T5-XXL", "label_zh": "T5-XXL", "layers": 24, "hidden": 4096, "heads": 64,
-                     "output_figure": "t5.hidden", "static": True},
-                ],
-                "merge": {"label_en": "CLIP-L + CLIP-G + T5 merge", "label_zh": "CLIP-L + CLIP-G + T5 合并",
-                          "rule_en": "CLIP-L ++ CLIP-G on channels (768 + 1280 = 2048), zero-padded to 4096, then "
-                                     "concatenated with the T5 sequence: 77 + 256 = 333 tokens; pooled = L 768 ++ G 1280",
-                          "rule_zh": "CLIP-L ++ CLIP-G 按通道拼接（768 + 1280 = 2048），补零到 4096，再与 T5 序列拼接："
-                                     "77 + 256 = 333 token；pooled = L 768 ++ G 1280",
-                          "output_figure": "joint_context"},
-            },
-            "denoiser": {
-                "stages": [
-                    {"id": "joint", "label_en": "MMDiT joint blocks", "label_zh": "MMDiT Joint Block", "count": 24, "blocks": joint},
-                    {"id": "controlnet", "label_en": "ControlNet blocks", "label_zh": "ControlNet Block", "count": 23,
-                     "blocks": control, "feeds": "joint"},
-                ],
-                "inputs": ["initial_noise", "hidden.patched", "context.embedded", "pooled", "timestep", "inpaint_condition"],
-                "outputs": ["transformer.output"],
-            },
-            "micro": {
-                "block_name": "transformer_blocks.0",
-                "rows": micro_rows,
-                "assembly": {"label_en": "ControlNet inpaint condition (17 channels)", "label_zh": "ControlNet Inpaint 条件（17 通道）",
-                             "parts": ["masked_image_latents", "mask.latent"], "result": "inpaint_condition",
-                             "rule_en": "channel concat 16 + 1 = 17 → ControlNet pos_embed_input (2×2 patches), added to "
-                                        "the patched noisy latent; the residual of ControlNet block i "
-                                        "(controlnet_blocks.i, 1536 → 1536) is added to joint block i (1:1; block 23 gets none)",
-                             "rule_zh": "通道拼接 16 + 1 = 17 → ControlNet pos_embed_input（2×2 patch），与 patch 化的加噪 "
-                                        "latent 相加；ControlNet 第 i 块的残差（controlnet_blocks.i，1536 → 1536）加到第 i 个 "
-                                        "joint block（1:1；第 23 块无残差）"},
-            },
-            "vae": {"encode_figure": "masked_image_latents", "decode_figure": "decoded_image",
-                    "encode_input_figure": "masked_image", "decode_input_figure": "transformer.output",
-                    "channel_ladder": [128, 256, 512, 512], "latent_channels": 16, "ladder_provenance": "static-config"},
-        },
+        "pages": layout_pages("sd3-controlnet-inpaint", production_configs("sd3-controlnet-inpaint"),
+                              {"joint": joint, "controlnet": control}, micro_rows),
         "evidence": {
             "module": {"rows": 2707, "hits": 2728,
                        "per_component": {"transformer": {"rows": 1019, "hits": 1019}, "controlnet": {"rows": 991, "hits": 991},

@@ -138,14 +138,12 @@ def test_run_shows_shapes_tables(canvas, workflow):
     pid, entry = _run(cp, fresh=True)
     run_s = time.monotonic() - t0
 
-    # Every FillScope node that reports shapes shows exactly one table; the synthetic image node shows none.
+    # Every FillScope node reports shapes and shows exactly one table (the synthetic image node too: its image and mask).
     shown = {}
     for nid in _fillscope_ids(workflow):
         shown[nid] = _panel(cp, nid)
-    assert shown[SYNTHETIC_IMAGE] is None
+    assert shown[SYNTHETIC_IMAGE] and {r[1] for r in shown[SYNTHETIC_IMAGE]["rows"]} == {"image", "mask"}
     for nid, p in shown.items():
-        if nid == SYNTHETIC_IMAGE:
-            continue
         assert p is not None, f"node {nid}: no shapes table after the run"
         assert p["count"] == 1 and p["connected"], (nid, p)
         assert p["rows"] or "wall " in p["text"], (nid, p)  # loaders on meta weights record facts, no tensors

@@ -15,14 +15,17 @@ import torch
 
 from fillscope import text, vae
 from fillscope.checkpoints import (
-    CheckpointInfo, TensorInfo, classify, flux_bfl_plan, sniff, wrong_kind_error,
+    CheckpointInfo, TensorInfo, WrongKindError, classify, flux_bfl_plan, sniff, take_with_text, wrong_kind_error,
 )
 from fillscope.errors import FillScopeInputError
+from fillscope.models import build_on_meta
 from fillscope.specs import shipped_config
-from fillscope.weights import build_on_meta, load_component
+from fillscope.weights import load_component
 
-cf = pytest.importorskip("checkpoint_files")
-from tiny_flux import build_tiny_components, comfy_tokenizer_dirs, comfyui_root  # noqa: E402
+import checkpoint_files as cf  # noqa: E402  (tests/ is on sys.path: conftest.py)
+from comfy_server import comfyui_path as comfyui_root  # noqa: E402
+from tiny_flux import build_tiny_components  # noqa: E402
+from tiny_models import comfy_tokenizer_dirs  # noqa: E402
 from tiny_sd3 import (  # noqa: E402
     TINY_CLIP_G_CONFIG, TINY_CLIP_L_CONFIG, TINY_SD3_TRANSFORMER_CONFIG, build_tiny_sd3_components, build_tiny_sd3_controlnet,
 )
@@ -115,7 +118,7 @@ def _flux_out(model):
 
 @pytest.mark.parametrize("fmt", ["flux_bfl", "flux_diffusers"])
 def test_flux_fill_single_file_matches_the_diffusers_folder(tiny, fmt):
-    from fillscope.flux_fill import load_flux_fill_transformer
+    from fillscope.pipelines.flux_fill import load_flux_fill_transformer
 
     ref = load_flux_fill_transformer(tiny["folders"]["flux_transformer"], dtype="fp32", device="cpu")
     got = load_flux_fill_transformer(tiny["files"][fmt], dtype="fp32", device="cpu")
@@ -281,7 +284,7 @@ def _sd3_out(model, controlnet=False):
 
 @pytest.mark.parametrize("file", ["sd3_full", "sd3_bare"])
 def test_sai_sd3_checkpoint_transformer_and_vae_match_the_folder(tiny, file):
-    from fillscope.sd3_inpaint import load_sd3_transformer
+    from fillscope.pipelines.sd3_controlnet import load_sd3_transformer
 
     ref = load_sd3_transformer(tiny["folders"]["sd3_transformer"], dtype="fp32", device="cpu")
     got = load_sd3_transformer(tiny["files"][file], dtype="fp32", device="cpu", variant="sd3-medium")
@@ -322,7 +325,7 @@ def test_sd35_medium_file_infers_qk_norm_dual_attention_and_heads(tiny):
 
 
 def test_inpainting_controlnet_file_matches_the_folder(tiny):
-    from fillscope.sd3_inpaint import load_sd3_controlnet
+    from fillscope.pipelines.sd3_controlnet import load_sd3_controlnet
 
     ref = load_sd3_controlnet(tiny["folders"]["controlnet"], dtype="fp32", device="cpu")
     got = load_sd3_controlnet(tiny["files"]["controlnet"], dtype="fp32", device="cpu")
@@ -344,8 +347,8 @@ def _header(sd, prefix=""):
 
 
 def _info(name, header, metadata=None):
-    kind, what, parts, take = classify(header, {}, metadata or {})
-    return CheckpointInfo(Path(name), 0, header, metadata or {}, kind, what, parts, take)
+    kind, what, parts, take, why = classify(header, {}, metadata or {})
+    return CheckpointInfo(Path(name), 0, header, metadata or {}, kind, what, parts, take, why)
 
 
 def _assert_config(part, kind, variant=None):
@@ -378,43 +381,94 @@ def test_full_size_encoders_vae_and_controlnet_give_the_shipped_configs(comfy):
     assert _info("t5xxl_fp8_e4m3fn.safetensors", fp8).part("t5_xxl") is not None
 
 
-def _wrong(name, header, kind):
+def _wrong(name, header, kind, describe=None):
     info = _info(name, header)
     assert info.part(kind) is None, info.what
-    return str(wrong_kind_error(info, kind, "source"))
+    return info, str(wrong_kind_error(info, kind, "source", describe))
 
 
-def test_files_of_another_kind_name_the_file_what_it_is_and_the_loader_to_use(comfy):
+def _bracketed(kinds):  # a caller's loader names: shows where the engine puts them
+    return "<" + "|".join(kinds) + ">"
+
+
+def test_files_of_another_kind_name_the_file_what_it_is_and_what_loads_it(comfy):
+    """The engine says what loads a file in component kinds and neutral other-loader keys; a caller's `describe`
+    names them (the nodes name their own and ComfyUI's nodes: test_loader_nodes_name_the_node_that_takes_a_file)."""
     dev = build_on_meta("flux_fill_transformer", {**shipped_config("flux_fill_transformer"), "in_channels": 64,
                                                   "out_channels": 64}, dtype=torch.bfloat16)
-    msg = _wrong("flux1-dev.safetensors", _header(cf.flux_bfl_state(dev)), "flux_fill_transformer")
+    info, msg = _wrong("flux1-dev.safetensors", _header(cf.flux_bfl_state(dev)), "flux_fill_transformer")
     assert "'flux1-dev.safetensors' is a FLUX.1 [dev] text-to-image or FLUX.1 Kontext [dev] transformer" in msg
-    assert "FillScope Load FLUX.1 Fill Transformer loader takes the FLUX.1 Fill [dev] transformer" in msg
-    assert "Load Diffusion Model" in msg
+    assert "the FillScope FLUX.1 Fill transformer loader takes the FLUX.1 Fill [dev] transformer" in msg
+    assert "load it with a diffusion-model loader outside FillScope (FillScope has no loader for FLUX.1" in msg
+    assert info.take_with == (("diffusion_model",),) and "Kontext" in info.why
+    _, msg = _wrong("flux1-dev.safetensors", _header(cf.flux_bfl_state(dev)), "flux_fill_transformer", _bracketed)
+    assert "the <flux_fill_transformer> loader takes" in msg and "load it with <diffusion_model> (FillScope has" in msg
     clip_g = _header(cf.clip_comfy_state(build_on_meta("clip_g", dtype=torch.float16), shipped_config("clip_g")))
-    msg = _wrong("clip_g.safetensors", clip_g, "clip_l")
-    assert "CLIP-G (OpenCLIP bigG)" in msg and "FillScope Load CLIP-L loader" in msg and "load it with FillScope Load CLIP-G" in msg
-    msg = _wrong("ae.safetensors", _header(cf.vae_ldm_state(build_on_meta("flux_vae", dtype=torch.bfloat16))), "t5_xxl")
-    assert "16-channel FLUX/SD3 VAE" in msg and "FillScope Load VAE (kind flux or sd3)" in msg
+    info, msg = _wrong("clip_g.safetensors", clip_g, "clip_l", _bracketed)
+    assert "CLIP-G (OpenCLIP bigG)" in msg and "the <clip_l> loader" in msg and "load it with <clip_g>." in msg
+    assert info.take_with == (("clip_g",),) and info.why == ""
+    ae = _header(cf.vae_ldm_state(build_on_meta("flux_vae", dtype=torch.bfloat16)))
+    info, msg = _wrong("ae.safetensors", ae, "t5_xxl", _bracketed)
+    assert "16-channel FLUX/SD3 VAE" in msg and "load it with <flux_vae|sd3_vae>." in msg
+    assert "load it with FillScope FLUX VAE or FillScope SD3 VAE." in _wrong("ae.safetensors", ae, "t5_xxl")[1]
     sdxl = {"model.diffusion_model.input_blocks.0.0.weight": TensorInfo("F16", (320, 4, 3, 3)),
             "model.diffusion_model.label_emb.0.0.weight": TensorInfo("F16", (1280, 2816))}
-    msg = _wrong("sd_xl_base_1.0.safetensors", sdxl, "sd3_transformer")
-    assert "SDXL checkpoint" in msg and "Load Checkpoint" in msg
+    info, msg = _wrong("sd_xl_base_1.0.safetensors", sdxl, "sd3_transformer")
+    assert "SDXL checkpoint" in msg and "a whole-checkpoint loader outside FillScope" in msg
+    assert info.take_with == (("checkpoint",),)
     lora = {"lora_unet_double_blocks_0_img_attn_qkv.lora_down.weight": TensorInfo("BF16", (16, 3072))}
-    assert "FLUX LoRA" in _wrong("fill_lora.safetensors", lora, "flux_fill_transformer")
+    info, msg = _wrong("fill_lora.safetensors", lora, "flux_fill_transformer")
+    assert "FLUX LoRA" in msg and info.take_with == (("lora",),)
+    assert take_with_text(info, lambda kinds: None) == "a LoRA loader outside FillScope (FillScope loads base models only)"
+
+
+WRONG_LOADER_CASES = [  # file, loader kind, what the file is, what loads it (engine: kinds; nodes: the node)
+    ("flux_bfl", "sd3_transformer", "FLUX.1 Fill [dev] transformer", (("flux_fill_transformer",),),
+     "FillScope Load FLUX.1 Fill Transformer"),
+    ("t5_fp16", "clip_l", "T5 v1.1 encoder", (("t5_xxl",),), "FillScope Load T5-XXL"),
+    ("controlnet", "flux_fill_transformer", "SD3 inpainting ControlNet", (("sd3_controlnet",),),
+     "FillScope Load SD3 Inpaint ControlNet"),
+    ("sd3_bare", "clip_g", "SD3 Medium checkpoint", (("sd3_transformer",), ("sd3_vae",)),
+     "FillScope Load SD3 Transformer, FillScope Load VAE (kind sd3)"),
+    ("ae", "sd3_controlnet", "FLUX/SD3 VAE", (("flux_vae", "sd3_vae"),), "FillScope Load VAE (kind flux or sd3)"),
+]
 
 
 def test_tiny_files_on_the_wrong_loader(tiny):
-    cases = [("flux_bfl", "sd3_transformer", "FLUX.1 Fill [dev] transformer", "FillScope Load FLUX.1 Fill Transformer"),
-             ("t5_fp16", "clip_l", "T5 v1.1 encoder", "FillScope Load T5-XXL"),
-             ("controlnet", "flux_fill_transformer", "SD3 inpainting ControlNet", "FillScope Load SD3 Inpaint ControlNet"),
-             ("sd3_bare", "clip_g", "SD3 Medium checkpoint", "FillScope Load SD3 Transformer"),
-             ("ae", "sd3_controlnet", "FLUX/SD3 VAE", "FillScope Load VAE")]
-    for file, kind, what, loader in cases:
-        with pytest.raises(FillScopeInputError) as e:
+    for file, kind, what, take_with, _ in WRONG_LOADER_CASES:
+        with pytest.raises(WrongKindError) as e:
             _load(kind, tiny["files"][file])
         msg = str(e.value)
-        assert f"'{tiny['files'][file].name}' is" in msg and what in msg and f"load it with {loader}" in msg, msg
+        assert f"'{tiny['files'][file].name}' is" in msg and what in msg and "load it with FillScope " in msg, msg
+        assert e.value.component == kind and e.value.info.take_with == take_with
+        assert f"load it with {_bracketed(take_with[0])}" in str(e.value.retold(_bracketed))
+
+
+def test_loader_nodes_name_the_node_that_takes_a_file(tiny):
+    """What a user sees: the loader nodes reword the engine's error with their own titles and ComfyUI's nodes."""
+    cases = [(str(tiny["files"][file]), kind, loader) for file, kind, _, _, loader in WRONG_LOADER_CASES]
+    code = f"""
+import json, sys, types
+sys.path.insert(0, {str(comfyui_root())!r})
+pkg = types.ModuleType("FillScope"); pkg.__path__ = [{str(REPO)!r}]; sys.modules["FillScope"] = pkg
+from FillScope.fillscope.checkpoints import TensorInfo, classify, sniff, wrong_kind_error, CheckpointInfo
+from FillScope.nodes import loaders as L
+out = [str(wrong_kind_error(sniff(path), kind, "source").retold(L.describe_loader)) for path, kind, _ in {cases!r}]
+sdxl = {{"model.diffusion_model.input_blocks.0.0.weight": TensorInfo("F16", (320, 4, 3, 3)),
+        "model.diffusion_model.label_emb.0.0.weight": TensorInfo("F16", (1280, 2816))}}
+info = CheckpointInfo(__import__("pathlib").Path("sd_xl_base_1.0.safetensors"), 0, sdxl, {{}}, *classify(sdxl))
+out.append(str(wrong_kind_error(info, "flux_fill_transformer", "source", L.describe_loader)))
+print(json.dumps(out))
+"""
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    *msgs, sdxl = json.loads(res.stdout.strip().splitlines()[-1])
+    for (path, kind, loader), msg in zip(cases, msgs):
+        assert f"load it with {loader}." in msg, msg
+    assert "the FillScope Load SD3 Inpaint ControlNet loader takes the alimama-creative" in msgs[-1]
+    assert "the FillScope Load CLIP-L loader takes a CLIP-L text encoder" in msgs[1]
+    assert ("the FillScope Load FLUX.1 Fill Transformer loader takes" in sdxl
+            and "load it with ComfyUI's Load Checkpoint node (FillScope runs FLUX.1 Fill and SD3/SD3.5 only)." in sdxl)
 
 
 # ------------------------------------------------------------------------------------------------------------

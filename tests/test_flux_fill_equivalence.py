@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fillscope import flux_fill, masks, text, vae
+from fillscope import masks, text, vae
+from fillscope.pipelines import flux_fill
 from fillscope.sampling import initial_noise
 from fillscope.specs import pack_latents
 from tiny_flux import build_tiny_flux_fill_folder, load_fill_pipeline, run_diffusers_fill
@@ -51,15 +52,9 @@ def inputs():
 
 
 def fillscope_run(stack, image, mask, *, steps, seed, denoise=1.0):
-    clip = text.encode_clip_l(stack["clip_l"], PROMPT)
-    t5 = text.encode_t5(stack["t5"], PROMPT)
     prepared = masks.prepare_image_and_mask(image, mask, threshold=0.5)
-    cond = flux_fill.build_fill_condition(stack["vae"], prepared)
-    out = flux_fill.sample_flux_fill(
-        stack["transformer"], text.flux_text_condition(t5, clip), cond,
-        steps=steps, guidance=30.0, seed=seed, denoise=denoise,
-    )
-    return out, flux_fill.decode_to_image(stack["vae"], out)
+    done = flux_fill.run(stack, PROMPT, prepared, steps=steps, guidance=30.0, seed=seed, denoise=denoise)
+    return done.latent, done.image
 
 
 def diffusers_run(pipe, image, mask, *, steps, seed, strength=1.0, output_type="pt"):
@@ -110,12 +105,10 @@ def test_different_seeds_give_different_results(stack, inputs):
 
 def test_sampler_reports_every_step_and_stops_when_the_callback_raises(stack, inputs):
     image, mask = inputs
-    clip = text.encode_clip_l(stack["clip_l"], PROMPT)
-    t5 = text.encode_t5(stack["t5"], PROMPT)
+    flux_text = flux_fill.encode_prompt(stack["clip_l"], stack["t5"], PROMPT)
     cond = flux_fill.build_fill_condition(stack["vae"], masks.prepare_image_and_mask(image, mask))
     calls = []
-    flux_fill.sample_flux_fill(stack["transformer"], text.flux_text_condition(t5, clip), cond, steps=3,
-                               callback=lambda i, n: calls.append((i, n)))
+    flux_fill.sample_flux_fill(stack["transformer"], flux_text, cond, steps=3, callback=lambda i, n: calls.append((i, n)))
     assert calls == [(1, 3), (2, 3), (3, 3)]
 
     class Interrupted(Exception):
@@ -128,6 +121,5 @@ def test_sampler_reports_every_step_and_stops_when_the_callback_raises(stack, in
 
     calls.clear()
     with pytest.raises(Interrupted):
-        flux_fill.sample_flux_fill(stack["transformer"], text.flux_text_condition(t5, clip), cond, steps=5,
-                                   callback=interrupt_at_two)
+        flux_fill.sample_flux_fill(stack["transformer"], flux_text, cond, steps=5, callback=interrupt_at_two)
     assert calls == [1, 2]

@@ -3,26 +3,33 @@ REFERENCE.md section 1, and the parameter totals of section 3 under both countin
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 import torch
 
-from fillscope import flux_fill, masks, text, vae
+from fillscope import masks, text
+from fillscope.pipelines import flux_fill
 from fillscope.weights import count_parameters
-from fillscope.trace.summary import FLUX_FILL_SEED_1024
-from tiny_flux import comfy_tokenizer_dirs
+from tiny_models import comfy_tokenizer_dirs
 
-EXPECTED_1024 = FLUX_FILL_SEED_1024  # REFERENCE.md section 1, the seed trace's shapes
+# REFERENCE.md section 1: the seed trace's shapes (shared/seeds/000), the tests' own copy
+EXPECTED_1024 = json.loads((Path(__file__).parent / "data" / "seed_shapes.json").read_text())["flux_fill_1024"]
+
+
+def test_the_seed_contract_has_its_12_flux_boundaries_and_the_engine_copy_equals_it():
+    from fillscope.trace.summary import FLUX_FILL_BOUNDARIES, FLUX_FILL_SEED_1024
+
+    assert len(EXPECTED_1024) == 12
+    assert EXPECTED_1024["fill_condition"] == [1, 4096, 320] and EXPECTED_1024["t5.hidden"] == [1, 512, 4096]
+    assert [name for _, name in FLUX_FILL_BOUNDARIES] == list(EXPECTED_1024)  # the boundary table, in order
+    assert FLUX_FILL_SEED_1024 == EXPECTED_1024  # `make demo` compares a run against the engine's copy
 
 
 @pytest.fixture(scope="module")
 def meta_stack():
-    clip_dir, t5_dir = comfy_tokenizer_dirs()
-    return {
-        "clip_l": text.load_clip_l("meta", tokenizer_fallback=clip_dir),
-        "t5": text.load_t5("meta", tokenizer_fallback=t5_dir),
-        "transformer": flux_fill.load_flux_fill_transformer("meta"),
-        "vae": vae.load_vae("meta"),
-    }
+    return flux_fill.load_stack("meta", tokenizer_folders=comfy_tokenizer_dirs())
 
 
 def run_meta(stack, height, width):
@@ -31,20 +38,11 @@ def run_meta(stack, height, width):
     def observe(name, t):
         seen[name] = list(t.shape)
 
-    clip = text.encode_clip_l(stack["clip_l"], "a red brick fireplace")
-    t5 = text.encode_t5(stack["t5"], "a red brick fireplace")
-    seen["clip_l.pooled"] = list(clip.pooled.shape)
-    seen["t5.hidden"] = list(t5.hidden.shape)
     image = torch.rand(1, height, width, 3)
     mask = torch.zeros(1, height, width)
     mask[:, height // 4 : height // 2, width // 4 : width // 2] = 1
     prepared = masks.prepare_image_and_mask(image, mask)
-    cond = flux_fill.build_fill_condition(stack["vae"], prepared, observe=observe)
-    out = flux_fill.sample_flux_fill(
-        stack["transformer"], text.flux_text_condition(t5, clip), cond, steps=1, observe=observe
-    )
-    result = flux_fill.decode_to_image(stack["vae"], out, observe=observe)
-    return seen, result
+    return seen, flux_fill.run(stack, "a red brick fireplace", prepared, steps=1, observe=observe).image
 
 
 def test_every_flux_boundary_matches_the_contract_at_1024(meta_stack):

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fillscope import flux_fill, masks, placement, text
+from fillscope import masks, placement, text
+from fillscope.pipelines import flux_fill
 from fillscope.fp8 import store_blocks_in_fp8
 from tiny_flux import build_tiny_flux_fill_folder
 
@@ -22,11 +23,11 @@ def _sample(folder, fp8: bool):
     fact = store_blocks_in_fp8(tr) if fp8 else None
     from fillscope import vae
 
-    clip, t5 = text.load_clip_l(folder, **kw), text.load_t5(folder, **kw)
+    stack = {"clip_l": text.load_clip_l(folder, **kw), "t5": text.load_t5(folder, **kw), "transformer": tr,
+             "vae": vae.load_vae(folder, **kw)}
     image, mask = masks.synthetic_image_and_mask(64, 48, 0.5)
-    cond = flux_fill.build_fill_condition(vae.load_vae(folder, **kw), masks.prepare_image_and_mask(image, mask))
-    cond_text = text.flux_text_condition(text.encode_t5(t5, "a cat"), text.encode_clip(clip, "a cat", project=False))
-    return tr, fact, flux_fill.sample_flux_fill(tr, cond_text, cond, steps=2, seed=3).latents
+    done = flux_fill.run(stack, "a cat", masks.prepare_image_and_mask(image, mask), steps=2, seed=3)
+    return tr, fact, done.latent.latents
 
 
 def test_fp8_storage_halves_the_block_weights_and_stays_close_to_bf16(folder):
@@ -63,16 +64,15 @@ def sd3_folders(tmp_path_factory):
 
 
 def _sd3_latents(folders, fp8_kinds):
-    from fillscope import sd3_inpaint
-    from fillscope.trace.run import load_stack, sd3_condition
+    from fillscope.pipelines import sd3_controlnet
+    from tiny_models import comfy_tokenizer_dirs
 
-    stack = load_stack("sd3-controlnet-inpaint", str(folders[0]), controlnet=str(folders[1]), dtype="bf16", device="cpu")
+    stack = sd3_controlnet.load_stack(str(folders[0]), controlnet=str(folders[1]), tokenizer_folders=comfy_tokenizer_dirs(),
+                                      dtype="bf16", device="cpu")
     facts = {k: store_blocks_in_fp8(c) for k, c in stack.items() if k in fp8_kinds}
     image, mask = masks.synthetic_image_and_mask(64, 48, 0.5)
-    cond = sd3_inpaint.build_inpaint_condition(stack["vae"], masks.prepare_image_and_mask(image, mask))
-    out = sd3_inpaint.sample_sd3_controlnet_inpaint(stack["transformer"], stack["controlnet"], sd3_condition(stack, "a cat"),
-                                                    sd3_condition(stack, ""), cond, steps=2, seed=3)
-    return stack, facts, out.latents
+    done = sd3_controlnet.run(stack, "a cat", masks.prepare_image_and_mask(image, mask), steps=2, seed=3)
+    return stack, facts, done.latent.latents
 
 
 def test_fp8_storage_of_t5_and_the_sd3_denoisers_stays_close_to_bf16(sd3_folders):

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from fillscope.errors import FillScopeInputError
-from fillscope.masks import feather_inward, paste_back, prepare_image_and_mask, restore_geometry
+from fillscope.masks import as_paste_mask, feather_inward, paste_back, prepare_image_and_mask, restore_geometry
 
 
 def rect_mask(h, w, top, left, mh, mw):
@@ -88,3 +88,36 @@ def test_paste_back_keeps_unmasked_pixels_bit_identical():
     keep = (p.paste_mask == 0).expand_as(out)
     assert torch.equal(out[keep], image[keep])
     assert torch.equal(out[0, 20, 20], generated[0, 20, 20])
+
+
+def test_paste_back_with_a_wired_mask_uses_it_instead_of_the_samplers():
+    """Paste Back's optional MASK (as ImageCompositeMasked): 1 = generated, soft values blend, 0 = the source exactly,
+    also where the sampler's mask would have taken the generated pixel."""
+    image = torch.rand(1, 40, 48, 3)
+    p = prepare_image_and_mask(image, rect_mask(40, 48, 5, 5, 30, 38))  # the sampler repainted a large area
+    generated = torch.rand(1, 40, 48, 3)
+    wired = rect_mask(40, 48, 15, 15, 10, 10)
+    wired[0, 15, 15] = 0.25  # a soft pixel
+    paste = as_paste_mask(wired, p.source)
+    assert paste.shape == (1, 40, 48, 1)
+    out = paste_back(generated, p.source, paste)
+    outside = (wired == 0)[..., None].expand_as(out)
+    assert torch.equal(out[outside], image[outside])  # bit-identical, inside the sampler's mask too
+    assert torch.equal(out[0, 20, 20], generated[0, 20, 20])
+    assert torch.allclose(out[0, 15, 15], 0.75 * image[0, 15, 15] + 0.25 * generated[0, 15, 15])
+    assert int((paste == 0).sum()) == 40 * 48 - 100  # kept pixels (the soft one blends, so it is not kept)
+
+
+def test_paste_back_mask_of_another_size_or_with_nan_is_a_clear_error():
+    source = torch.rand(1, 40, 48, 3)
+    with pytest.raises(FillScopeInputError) as e:
+        as_paste_mask(torch.ones(1, 64, 64), source)
+    msg = str(e.value)
+    assert "input 'mask'" in msg and "64x64" in msg and "48x40" in msg and "Fix:" in msg
+    bad = torch.zeros(1, 40, 48)
+    bad[0, 3, 4] = float("nan")
+    with pytest.raises(FillScopeInputError) as e:
+        as_paste_mask(bad, source)
+    assert "input 'mask'" in str(e.value) and "NaN" in str(e.value) and "Fix:" in str(e.value)
+    with pytest.raises(FillScopeInputError, match="batch of 2 masks for 1 images"):
+        as_paste_mask(torch.zeros(2, 40, 48), source)

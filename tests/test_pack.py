@@ -12,8 +12,25 @@ from comfy_server import comfyui_path
 
 REPO = Path(__file__).resolve().parent.parent
 
+# Every node the pack registers, exactly (workflows and users' graphs refer to these ids: never rename one).
+NODE_IDS = sorted([
+    # loaders
+    "FillScopeLoadCLIPL", "FillScopeLoadCLIPG", "FillScopeLoadT5", "FillScopeLoadFluxFillTransformer",
+    "FillScopeLoadSD3Transformer", "FillScopeLoadSD3InpaintControlNet", "FillScopeLoadVAE",
+    # text
+    "FillScopeCLIPLEncode", "FillScopeCLIPGEncode", "FillScopeT5Encode", "FillScopeFluxTextCondition",
+    "FillScopeSD3TextCondition",
+    # FLUX.1 Fill, SD3 + inpainting ControlNet
+    "FillScopeFluxFillCondition", "FillScopeFluxFillSampler",
+    "FillScopeSD3InpaintCondition", "FillScopeSD3ControlNetInpaintSampler",
+    # image, inspection, traces
+    "FillScopeVAEDecode", "FillScopePasteBack",
+    "FillScopeSyntheticImageMask", "FillScopeShapesReport",
+    "FillScopeFluxFillTrace", "FillScopeSD3ControlNetTrace",
+])
 
-def test_loading_the_pack_imports_no_diffusers_or_transformers():
+
+def test_loading_the_pack_imports_no_diffusers_or_transformers_and_registers_exactly_its_nodes():
     code = f"""
 import sys, importlib.util, asyncio
 sys.path.insert(0, {str(comfyui_path())!r})
@@ -22,17 +39,19 @@ spec = importlib.util.spec_from_file_location("FillScope", {str(REPO / "__init__
 mod = importlib.util.module_from_spec(spec); sys.modules["FillScope"] = mod; spec.loader.exec_module(mod)
 ext = asyncio.run(mod.comfy_entrypoint())
 nodes = asyncio.run(ext.get_node_list())
-assert len(nodes) >= 13, nodes
+print("IDS", sorted(n.define_schema().node_id for n in nodes))
 heavy = [m for m in ("diffusers", "transformers") if m in sys.modules]
 print("HEAVY", heavy)
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "HEAVY []" in out.stdout
+    ids = next(line for line in out.stdout.splitlines() if line.startswith("IDS "))
+    assert ids == f"IDS {NODE_IDS}"  # no node missing, none extra, none twice
 
 
 def test_engine_imports_without_comfyui():
-    code = "import sys; import fillscope.flux_fill, fillscope.cli; print(sorted(m for m in sys.modules if m.startswith(('comfy', 'folder_paths'))))"
+    code = "import sys; import fillscope.pipelines.flux_fill, fillscope.cli; print(sorted(m for m in sys.modules if m.startswith(('comfy', 'folder_paths'))))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd="/")
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"

@@ -7,7 +7,8 @@ from contextlib import ExitStack
 import pytest
 import torch
 
-from fillscope import flux_fill, masks, placement, text, vae
+from fillscope import masks, placement, text, vae
+from fillscope.pipelines import flux_fill
 from tiny_flux import build_tiny_flux_fill_folder
 
 
@@ -21,12 +22,13 @@ def stack(tmp_path_factory):
 
 def run(stack, policy):
     image, mask = masks.synthetic_image_and_mask(64, 48, 0.5)
+    # stage by stage, each under the policy, as the nodes place them
     with placement.in_use(stack["clip_l"], "cpu", policy), placement.in_use(stack["t5"], "cpu", policy):
-        clip, t5 = text.encode_clip(stack["clip_l"], "a cat"), text.encode_t5(stack["t5"], "a cat")
+        flux_text = flux_fill.encode_prompt(stack["clip_l"], stack["t5"], "a cat")
     with placement.in_use(stack["vae"], "cpu", policy):
         cond = flux_fill.build_fill_condition(stack["vae"], masks.prepare_image_and_mask(image, mask))
     with placement.in_use(stack["transformer"], "cpu", policy):
-        out = flux_fill.sample_flux_fill(stack["transformer"], text.flux_text_condition(t5, clip), cond, steps=2)
+        out = flux_fill.sample_flux_fill(stack["transformer"], flux_text, cond, steps=2)
     return out.latents
 
 
@@ -66,9 +68,11 @@ def _sd3_prompt(st):
 
 @pytest.fixture(scope="module")
 def meta_stacks():
-    from fillscope.trace.run import load_stack
+    from fillscope.pipelines import PIPELINES
+    from tiny_models import comfy_tokenizer_dirs
 
-    return {name: load_stack(name, "meta", dtype="bf16") for name in ("flux-fill", "sd3-controlnet-inpaint")}
+    return {name: PIPELINES[name].load_stack("meta", tokenizer_folders=comfy_tokenizer_dirs(), dtype="bf16")
+            for name in ("flux-fill", "sd3-controlnet-inpaint")}
 
 
 def test_auto_never_holds_more_than_the_largest_component_or_the_current_use(meta_stacks):
@@ -118,7 +122,7 @@ def test_going_back_points_at_the_kept_cpu_tensors_instead_of_copying(stack):
     assert not set(before.values()) & set(moved.values())
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (run by bench/gpu_memory.py's machine)")
+@pytest.mark.cuda  # (run by bench/gpu_memory.py's machine)
 def test_cuda_round_trip_by_pointer_from_pinned_memory(stack):
     t5 = stack["t5"]
     _round_trip(t5, lambda copy: copy.copy_to("cuda"))

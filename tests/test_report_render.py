@@ -1,4 +1,4 @@
-"""The five-page architecture report (fillscope/trace/report.py): schema validation, self-containment, escaping,
+"""The five-page architecture report (fillscope/trace/report/): schema validation, self-containment, escaping,
 and, in headless chromium (playwright), that every page renders, the numbers on it equal the JSON's, page
 navigation and the language switch work, and injected markup stays text. Screenshots of every page go to
 test-artifacts/report/; with FILLSCOPE_DOCS_SCREENSHOTS=1 the README set (1280x800, palette PNG) is also written to
@@ -168,7 +168,7 @@ def _xss_report() -> dict:
     evil = 'evil"><img src=x onerror=alert(4)>'
     r["figures"][evil] = {"value": XSS_SCRIPT, "unit": "", "provenance": "static-config", "device": "",
                           "method": XSS_IMG, "label_en": XSS_ATTR, "label_zh": XSS_IMG}
-    r["pages"]["macro"]["edges"].append({"from": "prompt", "to": "out", "figure": evil})
+    r["pages"]["macro"]["edges"].append({"from": "prompt", "to": "output", "figure": evil})
     return r
 
 
@@ -278,6 +278,33 @@ def test_markup_in_data_is_escaped_server_side():
     assert "img" not in tags and tags.count("script") == 2
     assert not any(k.startswith("on") for _, a in p.tags for k in a), "an event-handler attribute got through"
     assert json.loads(_embedded_json(html)) == r
+
+
+@pytest.mark.parametrize("device", ["meta", "cuda"])
+def test_run_settings_are_badged_as_settings_not_measurements(device):
+    """Every page's footer repeats the run settings (dtype, device, size, batch, steps traced): what the run was
+    asked to do, so their badge says "run setting", never "measured"."""
+    html = R.render_report(example_report("sd3-controlnet-inpaint", device))
+    footers = re.findall(r'<footer class="pfoot">(.*?)</footer>', html, re.DOTALL)
+    assert len(footers) == R.PAGE_COUNT
+    for foot in footers:
+        badges = [a for t, a in _parse(foot).tags if "badge" in (a.get("class") or "").split()]
+        assert [(b["data-prov"], b["class"]) for b in badges] == [("setting", "badge b-setting")], foot
+        assert "run setting" in foot and "运行设置" in foot
+        assert "measured ·" not in foot and "实测" not in foot
+    # measured figures keep their measured badge
+    assert f'data-prov="measured" data-device="{device}"' in html
+
+
+def test_a_figure_may_be_a_run_setting():
+    r = example_report("flux-fill")
+    r["figures"]["run.steps"] = {"value": 28, "unit": "count", "provenance": "setting", "device": "",
+                                 "method": "the sampler's step count for this run", "label_en": "steps",
+                                 "label_zh": "步数"}
+    R.validate_report(r)
+    html = R.render_report(r)
+    m = re.search(r'<span class="fig" data-fig="run.steps">.*?<span class="badge ([^"]*)" data-prov="([^"]*)"', html)
+    assert m and m.groups() == ("b-setting sm", "setting")
 
 
 def test_number_formats():
@@ -424,7 +451,7 @@ def test_every_page_renders_and_its_numbers_equal_the_json(browser, written, mod
         assert shown, name
         for x in shown:
             if x["svg"]:  # the SVG edge label: coloured by provenance, the badge's text is in the edge table
-                assert f"e-{R._badge_key(f['provenance'], f['device'])}" in x["svgClass"]
+                assert f"e-{R.badge_key(f['provenance'], f['device'])}" in x["svgClass"]
             else:
                 assert x["badges"] == [[f["provenance"], f["device"]]], (name, x)
         flat = " ".join(" ".join(texts.values()).split())
@@ -576,11 +603,11 @@ def test_cuda_run_shows_green_badges(browser, written):
         ctx.close()
 
 
-@pytest.mark.skipif(not os.environ.get("FILLSCOPE_DOCS_SCREENSHOTS"),
-                    reason="set FILLSCOPE_DOCS_SCREENSHOTS=1 to rewrite docs/report/*.png")
-def test_write_docs_screenshots(browser, written):
+def test_every_page_screenshots_small_enough_for_the_docs(browser, written, tmp_path):
+    """FILLSCOPE_DOCS_SCREENSHOTS=1 writes them to docs/report/ (what the README shows)."""
+    out = DOCS if os.environ.get("FILLSCOPE_DOCS_SCREENSHOTS") else tmp_path
     for model in MODELS:
-        paths = R.screenshot_report(written[model][0], DOCS, model, browser=browser, viewport=(1280, 800))
+        paths = R.screenshot_report(written[model][0], out, model, browser=browser, viewport=(1280, 800))
         assert [p.name for p in paths] == [f"{model}-page{n}.png" for n in range(1, R.PAGE_COUNT + 1)]
         for p in paths:
             assert p.stat().st_size < 400_000, f"{p} is large"

@@ -11,9 +11,10 @@ import dataclasses
 import pytest
 import torch
 
-from fillscope import flux_fill, masks, sd3_inpaint, text, vae
+from fillscope import masks, text, vae
+from fillscope.pipelines import flux_fill, sd3_controlnet
 from fillscope.errors import FillScopeInputError
-from fillscope.latents import require_finite_first_step, require_finite_result
+from fillscope.sampling import require_finite_first_step, require_finite_result
 from fillscope.specs import pack_latents
 from tiny_flux import argmax_vae_encode as flux_argmax_vae_encode
 from tiny_flux import build_tiny_flux_fill_folder, load_fill_pipeline
@@ -61,7 +62,7 @@ def flux(flux_folder):
         "transformer": flux_fill.load_flux_fill_transformer(flux_folder, **kw),
         "vae": vae.load_vae(flux_folder, **kw),
     }
-    stack["text"] = text.flux_text_condition(text.encode_t5(stack["t5"], PROMPT), text.encode_clip_l(stack["clip_l"], PROMPT))
+    stack["text"] = flux_fill.encode_prompt(stack["clip_l"], stack["t5"], PROMPT)
     return stack
 
 
@@ -173,22 +174,19 @@ def sd3(sd3_folders):
         "clip_l": text.load_clip_l(folder, **kw),
         "clip_g": text.load_clip_g(folder, **kw),
         "t5": text.load_t5(folder, **kw),
-        "transformer": sd3_inpaint.load_sd3_transformer(folder, **kw),
-        "controlnet": sd3_inpaint.load_sd3_controlnet(cn, **kw),
+        "transformer": sd3_controlnet.load_sd3_transformer(folder, **kw),
+        "controlnet": sd3_controlnet.load_sd3_controlnet(cn, **kw),
         "vae": vae.load_vae(folder, kind="sd3", **kw),
     }
     for name, prompt in (("positive", PROMPT), ("negative", NEGATIVE)):
-        stack[name] = text.sd3_text_condition(
-            text.encode_clip(stack["clip_l"], prompt), text.encode_clip(stack["clip_g"], prompt),
-            text.encode_t5(stack["t5"], prompt, 256),
-        )
+        stack[name] = sd3_controlnet.encode_prompt(stack["clip_l"], stack["clip_g"], stack["t5"], prompt)
     return stack
 
 
 def sd3_sample(stack, *, batch=1, transformer=None, controlnet=None, **kw):
     image, mask = image_and_mask(batch)
-    cond = sd3_inpaint.build_inpaint_condition(stack["vae"], masks.prepare_image_and_mask(image, mask))
-    return sd3_inpaint.sample_sd3_controlnet_inpaint(
+    cond = sd3_controlnet.build_inpaint_condition(stack["vae"], masks.prepare_image_and_mask(image, mask))
+    return sd3_controlnet.sample_sd3_controlnet_inpaint(
         transformer or stack["transformer"], controlnet or stack["controlnet"], stack["positive"], stack["negative"],
         cond, **{"steps": 3, "seed": 11, "cfg": 4.0, **kw},
     )

@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fillscope import masks, sd3_inpaint, text, vae
-from fillscope.latents import decode_to_image
+from fillscope import masks, text, vae
+from fillscope.pipelines import sd3_controlnet
 from fillscope.sampling import static_shift_sigmas
 from tiny_sd3 import build_tiny_sd3_controlnet_folder, build_tiny_sd3_folder, load_sd3_inpaint_pipeline, run_diffusers_sd3_inpaint
 
@@ -35,8 +35,8 @@ def stack(folders):
         "clip_l": text.load_clip_l(sd3, **kw),
         "clip_g": text.load_clip_g(sd3, **kw),
         "t5": text.load_t5(sd3, **kw),
-        "transformer": sd3_inpaint.load_sd3_transformer(sd3, **kw),
-        "controlnet": sd3_inpaint.load_sd3_controlnet(cn, **kw),
+        "transformer": sd3_controlnet.load_sd3_transformer(sd3, **kw),
+        "controlnet": sd3_controlnet.load_sd3_controlnet(cn, **kw),
         "vae": vae.load_vae(sd3, kind="sd3", **kw),
     }
 
@@ -55,19 +55,9 @@ def prepared():
     return masks.prepare_image_and_mask(image, mask)
 
 
-def condition(stack, prompt):
-    return text.sd3_text_condition(
-        text.encode_clip(stack["clip_l"], prompt), text.encode_clip(stack["clip_g"], prompt),
-        text.encode_t5(stack["t5"], prompt, 256),
-    )
-
-
 def fillscope_run(stack, prepared, **kw):
-    cond = sd3_inpaint.build_inpaint_condition(stack["vae"], prepared)
-    out = sd3_inpaint.sample_sd3_controlnet_inpaint(
-        stack["transformer"], stack["controlnet"], condition(stack, PROMPT), condition(stack, NEGATIVE), cond, **kw
-    )
-    return out, decode_to_image(stack["vae"], out)
+    done = sd3_controlnet.run(stack, PROMPT, prepared, negative_prompt=NEGATIVE, **kw)
+    return done.latent, done.image
 
 
 def diffusers_run(pipe, prepared, **kw):

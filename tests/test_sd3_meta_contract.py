@@ -3,26 +3,33 @@ section 1 at 1024x1024 and 1344x768, and the stack's parameter total under the c
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 import torch
 
-from fillscope import masks, sd3_inpaint, text, vae
-from fillscope.latents import decode_to_image
+from fillscope import masks
+from fillscope.pipelines import sd3_controlnet
 from fillscope.weights import count_parameters
-from tiny_flux import comfy_tokenizer_dirs
+from tiny_models import comfy_tokenizer_dirs
+
+# the shapes seed 001 shows (shared/seeds/001), the tests' own copy
+SEED_1024 = json.loads((Path(__file__).parent / "data" / "seed_shapes.json").read_text())["sd3_controlnet_1024"]
+
+
+def test_the_seed_contract_has_its_8_sd3_boundaries_and_the_engine_copy_equals_it():
+    from fillscope.trace.summary import SD3_CONTROLNET_BOUNDARIES, SD3_CONTROLNET_SEED_1024
+
+    assert len(SEED_1024) == 8
+    assert SEED_1024["joint_context"] == [1, 333, 4096] and SEED_1024["inpaint_condition"] == [1, 17, 128, 128]
+    assert set(SEED_1024) <= {name for _, name in SD3_CONTROLNET_BOUNDARIES}
+    assert SD3_CONTROLNET_SEED_1024 == SEED_1024  # `make demo` compares a run against the engine's copy
 
 
 @pytest.fixture(scope="module")
 def meta_stack():
-    clip_dir, t5_dir = comfy_tokenizer_dirs()
-    return {
-        "clip_l": text.load_clip_l("meta", tokenizer_fallback=clip_dir),
-        "clip_g": text.load_clip_g("meta", tokenizer_fallback=clip_dir),
-        "t5": text.load_t5("meta", tokenizer_fallback=t5_dir),
-        "transformer": sd3_inpaint.load_sd3_transformer("meta"),
-        "controlnet": sd3_inpaint.load_sd3_controlnet("meta"),
-        "vae": vae.load_vae("meta", kind="sd3"),
-    }
+    return sd3_controlnet.load_stack("meta", tokenizer_folders=comfy_tokenizer_dirs())
 
 
 def run_meta(stack, height, width):
@@ -31,49 +38,27 @@ def run_meta(stack, height, width):
     def observe(name, t):
         seen[name] = list(t.shape)
 
-    def condition(prompt):
-        clip_l = text.encode_clip(stack["clip_l"], prompt)
-        clip_g = text.encode_clip(stack["clip_g"], prompt)
-        t5 = text.encode_t5(stack["t5"], prompt, 256)
-        for name, t in (("clip_l.penultimate", clip_l.penultimate), ("clip_l.text_embeds", clip_l.text_embeds),
-                        ("clip_g.penultimate", clip_g.penultimate), ("clip_g.text_embeds", clip_g.text_embeds),
-                        ("t5.hidden", t5.hidden)):
-            observe(name, t)
-        cond = text.sd3_text_condition(clip_l, clip_g, t5, observe=observe)
-        observe("joint_context", cond.context)
-        observe("pooled", cond.pooled)
-        return cond
-
-    positive, negative = condition("a red brick fireplace"), condition("")
     image = torch.rand(1, height, width, 3)
     mask = torch.zeros(1, height, width)
     mask[:, height // 4 : height // 2, width // 4 : width // 2] = 1
-    cond = sd3_inpaint.build_inpaint_condition(stack["vae"], masks.prepare_image_and_mask(image, mask), observe=observe)
-    out = sd3_inpaint.sample_sd3_controlnet_inpaint(
-        stack["transformer"], stack["controlnet"], positive, negative, cond, steps=1, observe=observe
-    )
-    return seen, decode_to_image(stack["vae"], out, observe=observe), out
+    done = sd3_controlnet.run(stack, "a red brick fireplace", masks.prepare_image_and_mask(image, mask),
+                              negative_prompt="", steps=1, observe=observe)
+    return seen, done.image, done.latent
 
 
 def test_every_sd3_boundary_matches_the_contract_at_1024(meta_stack):
     seen, image, out = run_meta(meta_stack, 1024, 1024)
     expected = {
-        "clip_l.penultimate": [1, 77, 768],
+        **SEED_1024,  # every shape the seed shows, and the rest of REFERENCE.md's SD3 boundaries:
         "clip_l.text_embeds": [1, 768],
-        "clip_g.penultimate": [1, 77, 1280],
         "clip_g.text_embeds": [1, 1280],
-        "t5.hidden": [1, 256, 4096],
         "clip_lg.padded": [1, 77, 4096],
-        "joint_context": [1, 333, 4096],
         "pooled": [1, 2048],
-        "initial_noise": [1, 16, 128, 128],
-        "inpaint_condition": [1, 17, 128, 128],
         "controlnet.residual[0]": [2, 4096, 1536],  # x2 batch under CFG
         "controlnet.residual[22]": [2, 4096, 1536],
         "transformer.output": [2, 16, 128, 128],
-        "velocity.guided": [1, 16, 128, 128],
-        "decoded_image": [1, 3, 1024, 1024],
     }
+    assert len(expected) == 15
     for name, shape in expected.items():
         assert seen[name] == shape, name
     assert out.info["controlnet_residuals"] == 23

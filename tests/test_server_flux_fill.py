@@ -4,6 +4,7 @@ POST /prompt, the UI-format files, and bad input that must fail clearly without 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 import sys
 
 import pytest
@@ -11,7 +12,6 @@ from PIL import Image
 
 from workflow_helpers import load_api, node_id, shapes_doc, tensors, with_synthetic_image
 from comfy_server import ComfyExecutionError, ComfyPromptError
-from fillscope.trace.summary import FLUX_FILL_SEED_1024
 
 from workflow_helpers import WORKFLOWS  # noqa: E402
 
@@ -46,7 +46,7 @@ EXPECTED_NODES = {
     "FillScopeShapesReport": ["shapes", "filename_prefix"],
 }
 
-CONTRACT_1024 = FLUX_FILL_SEED_1024  # REFERENCE.md section 1, the seed trace's shapes
+CONTRACT_1024 = json.loads((Path(__file__).parent / "data" / "seed_shapes.json").read_text())["flux_fill_1024"]  # the seeds' shapes
 
 
 
@@ -197,6 +197,10 @@ def test_odd_size_runs_padded_and_says_so(server):
     assert tensors(cond)["fill_condition"]["shape"] == [1, 49 * 64, 320]
     decode = tensors(shapes_doc(entry, prompt, "FillScopeVAEDecode"))
     assert decode["image"]["shape"] == [1, 777, 1023, 3]
+    report = entry["outputs"][node_id(prompt, "FillScopeShapesReport")]
+    decoded = {r["tensor"]: r for r in report["fillscope_boundaries"]}["decoded_image"]
+    assert decoded["shape"] == [1, 3, 784, 1024] and decoded["size_note"] == "padded from 1023x777"
+    assert "[1, 3, 784, 1024] (padded from 1023x777)" in report["text"][0]
 
 
 def test_empty_mask_returns_the_input_with_a_warning(server):
@@ -230,3 +234,41 @@ def test_single_files_in_comfyui_model_folders_run_the_inpaint_workflow(server):
     t5 = shapes_doc(entry, prompt, "FillScopeLoadT5")["node"]["facts"]
     assert any("fp8" in str(k).lower() or "fp8" in str(v).lower() for k, v in t5.items())
     assert tensors(shapes_doc(entry, prompt, "FillScopeFluxFillCondition"))["fill_condition"]["shape"] == [1, 48, 320]
+
+
+def _saved_pixels(server, entry, node):
+    import numpy as np
+
+    saved = entry["outputs"][node]["images"][0]
+    return np.asarray(Image.open(__import__("io").BytesIO(server.view(saved["filename"], saved["subfolder"], saved["type"]))))
+
+
+def test_paste_back_with_a_wired_mask_keeps_every_pixel_outside_it(server):
+    """A MASK wired into Paste Back replaces the sampler's mask (as ImageCompositeMasked): outside it the saved
+    image is the source, bit for bit, also where the sampler repainted; a mask of another size is a clear error."""
+    from fillscope.masks import synthetic_image_and_mask
+
+    prompt = with_synthetic_image(load_api("flux_fill_inpaint"), 128, 96, mask_fraction=0.75)
+    paste = node_id(prompt, "FillScopePasteBack")
+    result = next(k for k, v in prompt.items() if v["class_type"] == "SaveImage" and v["inputs"]["images"][0] == paste)
+    prompt["91"] = {"class_type": "FillScopeSyntheticImageMask", "inputs": {"width": 128, "height": 96, "mask_fraction": 0.25}}
+    prompt["92"] = {"class_type": "SaveImage", "inputs": {"images": ["90", 0], "filename_prefix": "fillscope/paste_source"}}
+    prompt[paste]["inputs"]["mask"] = ["91", 1]
+    entry = server.run(prompt, timeout=600)
+    out, source = _saved_pixels(server, entry, result), _saved_pixels(server, entry, "92")
+    wired = synthetic_image_and_mask(128, 96, 0.25)[1][0].numpy()
+    sampler = synthetic_image_and_mask(128, 96, 0.75)[1][0].numpy()
+    assert out.shape == source.shape == (96, 128, 3)
+    assert (out[wired == 0] == source[wired == 0]).all()
+    assert ((sampler == 1) & (wired == 0)).any()  # the check covers pixels the sampler repainted
+    assert (out[wired == 1] != source[wired == 1]).any()  # inside the wired mask: the generated pixels
+    doc = shapes_doc(entry, prompt, "FillScopePasteBack")["node"]
+    assert doc["facts"]["kept pixels (exact source values)"] == f"{int((wired == 0).sum()):,}"
+    assert tensors({"node": doc})["mask"]["shape"] == [1, 96, 128]
+
+    prompt["91"]["inputs"].update(width=64, height=64)
+    with pytest.raises(ComfyExecutionError) as e:
+        server.run(prompt, timeout=300)
+    msg = str(e.value)
+    assert "input 'mask'" in msg and "64x64" in msg and "128x96" in msg and "Fix:" in msg
+    assert_still_serving(server)

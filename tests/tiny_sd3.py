@@ -1,7 +1,8 @@
 """Tiny SD3 + SD3 ControlNet inpainting reference for tests: deterministic diffusers-format folders plus diffusers'
 own ``StableDiffusion3ControlNetInpaintingPipeline``.
 
-This module is a plain test utility (no pytest fixtures). It provides
+A plain test utility (no pytest fixtures) on top of ``tiny_models`` (tokenizer files, the tiny VAE / CLIP / T5 base
+configs, seeded construction, folder writing, shared by every family). What is SD3's own:
 
 * ``build_tiny_sd3_folder(dst, seed)``: a complete stabilityai/stable-diffusion-3-medium-diffusers layout with tiny
   random fp32 weights that keep SD3's real rules: 24 MMDiT blocks (the last one ``context_pre_only``), 16 latent
@@ -14,9 +15,6 @@ This module is a plain test utility (no pytest fixtures). It provides
   the reference an engine must reproduce, optionally with a deterministic VAE encode (distribution mean);
 * small helpers an engine test can compare against: ``initial_noise``, ``sd3_sigmas``,
   ``diffusers_residual_index``, ``argmax_vae_encode``.
-
-Shared pieces (ComfyUI tokenizer lookup, seeded construction, the tiny VAE / CLIP / T5 base configs) are imported
-from ``tiny_flux``.
 
 Conventions of diffusers 0.42.1 ``StableDiffusion3ControlNetInpaintingPipeline`` (what an engine must match)
 =========================================================================================================
@@ -162,24 +160,31 @@ The encode_mode="argmax" patch
 from __future__ import annotations
 
 import contextlib
-import json
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from tiny_flux import (
-    CLIP_MAX_LENGTH,
-    CLIP_VOCAB_SIZE,
+from tiny_models import (
     TINY_CLIP_CONFIG,
     TINY_T5_CONFIG,
-    TINY_VAE_CONFIG,
-    _fill_if_zero,
-    _seeded,
-    _write_tokenizers,
-    comfy_tokenizer_dirs,  # noqa: F401  (re-exported: tests skip on FileNotFoundError from it)
+    TINY_VAE_BASE_CONFIG,
+    build_components,
+    call_pipeline,
+    check_run_modes,
+    fill_if_zero,
+    first_randn,
+    load_kwargs,
+    quiet_on_cpu,
+    read_json,
+    save_model_folder,
+    save_pipeline_folder,
+    seeded,
+    swapped,
+    write_clip_tokenizer,
+    write_json,
+    write_t5_tokenizer,
+    zero_parameters,
 )
 
 # stabilityai/stable-diffusion-3-medium-diffusers scheduler/scheduler_config.json.
@@ -221,7 +226,7 @@ TINY_SD3_CONTROLNET_CONFIG: dict[str, Any] = {
 }
 
 TINY_SD3_VAE_CONFIG: dict[str, Any] = {
-    **TINY_VAE_CONFIG,
+    **TINY_VAE_BASE_CONFIG,
     "scaling_factor": SD3_VAE_SCALING_FACTOR,
     "shift_factor": SD3_VAE_SHIFT_FACTOR,
 }
@@ -272,115 +277,27 @@ CONTROLNET_FILL_STD = 0.05
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Tokenizers
-# ----------------------------------------------------------------------------------------------------------------
-
-
-def _write_sd3_tokenizers(dst: Path) -> None:
-    """tokenizer/ (CLIP-L), tokenizer_2/ (CLIP-G: same BPE, pad "!" = 0 as SD3's), tokenizer_3/ (T5), verified."""
-    from transformers import CLIPTokenizer
-
-    with tempfile.TemporaryDirectory(prefix="tiny_sd3_tok_") as tmp:
-        tmp = Path(tmp)
-        _write_tokenizers(
-            tmp
-        )  # tiny_flux: tmp/tokenizer = CLIP-L (max 77), tmp/tokenizer_2 = T5; both verified
-        for name in ("tokenizer", "tokenizer_2", "tokenizer_3"):
-            shutil.rmtree(dst / name, ignore_errors=True)
-        shutil.copytree(tmp / "tokenizer", dst / "tokenizer")
-        shutil.copytree(tmp / "tokenizer", dst / "tokenizer_2")
-        shutil.copytree(tmp / "tokenizer_2", dst / "tokenizer_3")
-
-    tok2 = dst / "tokenizer_2"
-    cfg = json.loads((tok2 / "tokenizer_config.json").read_text(encoding="utf-8"))
-    cfg["pad_token"] = CLIP_G_PAD_TOKEN
-    cfg["added_tokens_decoder"] = {
-        str(CLIP_G_PAD_ID): {
-            "content": CLIP_G_PAD_TOKEN,
-            "lstrip": False,
-            "normalized": False,
-            "rstrip": False,
-            "single_word": False,
-            "special": True,
-        }
-    }
-    (tok2 / "tokenizer_config.json").write_text(
-        json.dumps(cfg, indent=2) + "\n", encoding="utf-8"
-    )
-    smap_path = tok2 / "special_tokens_map.json"
-    smap = (
-        json.loads(smap_path.read_text(encoding="utf-8")) if smap_path.is_file() else {}
-    )
-    smap["pad_token"] = CLIP_G_PAD_TOKEN
-    smap_path.write_text(json.dumps(smap, indent=2) + "\n", encoding="utf-8")
-
-    t2 = CLIPTokenizer.from_pretrained(tok2, local_files_only=True)
-    if (
-        len(t2) != CLIP_VOCAB_SIZE
-        or t2.model_max_length != CLIP_MAX_LENGTH
-        or (t2.bos_token_id, t2.eos_token_id, t2.pad_token_id)
-        != (49406, 49407, CLIP_G_PAD_ID)
-    ):
-        raise RuntimeError(
-            f"tokenizer_2 built wrongly: len {len(t2)}, max {t2.model_max_length}, "
-            f"ids {(t2.bos_token_id, t2.eos_token_id, t2.pad_token_id)}"
-        )
-
-
-# ----------------------------------------------------------------------------------------------------------------
 # Tiny models
 # ----------------------------------------------------------------------------------------------------------------
 
 
 def build_tiny_sd3_components(seed: int = 0) -> dict[str, Any]:
-    """Build the tiny fp32 SD3 components in memory (no tokenizers). Deterministic in ``seed``; each component is
-    built under its own seed (``seed * 16 + k``); the caller's global RNG state is left untouched."""
-    from diffusers import (
-        AutoencoderKL,
-        FlowMatchEulerDiscreteScheduler,
-        SD3Transformer2DModel,
-    )
-    from transformers import (
-        CLIPTextConfig,
-        CLIPTextModelWithProjection,
-        T5Config,
-        T5EncoderModel,
-    )
+    """Build the tiny fp32 SD3 components in memory (no tokenizers). Deterministic in ``seed``: each component is
+    built under its own seed (``seed * 16 + k``, see ``tiny_models.build_components``)."""
+    from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, SD3Transformer2DModel
+    from transformers import CLIPTextConfig, CLIPTextModelWithProjection, T5Config, T5EncoderModel
 
-    base = int(seed) * 16
-    with _seeded(base + 1):
-        transformer = SD3Transformer2DModel(**TINY_SD3_TRANSFORMER_CONFIG)
-    # diffusers 0.42.1 zero-initialises nothing in SD3Transformer2DModel; guard anyway (a zero proj_out would make
-    # every prediction 0 and the pipeline trivially return its noise).
-    gen = torch.Generator("cpu").manual_seed(base + 2)
-    _fill_if_zero(transformer.proj_out, gen)
-    _fill_if_zero(transformer.norm_out, gen)
-    with _seeded(base + 3):
-        vae = AutoencoderKL(**TINY_SD3_VAE_CONFIG)
-    with _seeded(base + 4):
-        text_encoder = CLIPTextModelWithProjection(CLIPTextConfig(**TINY_CLIP_L_CONFIG))
-    with _seeded(base + 5):
-        text_encoder_2 = CLIPTextModelWithProjection(
-            CLIPTextConfig(**TINY_CLIP_G_CONFIG)
-        )
-    with _seeded(base + 6):
-        text_encoder_3 = T5EncoderModel(T5Config(**TINY_SD3_T5_CONFIG))
-    scheduler = FlowMatchEulerDiscreteScheduler(**SD3_SCHEDULER_CONFIG)
-    for m in (transformer, vae, text_encoder, text_encoder_2, text_encoder_3):
-        m.eval()
-        bad = {p.dtype for p in m.parameters()} - {torch.float32}
-        if bad:
-            raise RuntimeError(
-                f"{type(m).__name__} built with non-fp32 parameters: {bad}"
-            )
-    return {
-        "transformer": transformer,
-        "vae": vae,
-        "text_encoder": text_encoder,
-        "text_encoder_2": text_encoder_2,
-        "text_encoder_3": text_encoder_3,
-        "scheduler": scheduler,
-    }
+    return build_components(
+        seed,
+        {
+            "transformer": (1, lambda: SD3Transformer2DModel(**TINY_SD3_TRANSFORMER_CONFIG)),
+            "vae": (3, lambda: AutoencoderKL(**TINY_SD3_VAE_CONFIG)),
+            "text_encoder": (4, lambda: CLIPTextModelWithProjection(CLIPTextConfig(**TINY_CLIP_L_CONFIG))),
+            "text_encoder_2": (5, lambda: CLIPTextModelWithProjection(CLIPTextConfig(**TINY_CLIP_G_CONFIG))),
+            "text_encoder_3": (6, lambda: T5EncoderModel(T5Config(**TINY_SD3_T5_CONFIG))),
+        },
+        FlowMatchEulerDiscreteScheduler(**SD3_SCHEDULER_CONFIG),
+    )
 
 
 def build_tiny_sd3_controlnet(seed: int = 0) -> tuple[Any, list[str]]:
@@ -393,30 +310,24 @@ def build_tiny_sd3_controlnet(seed: int = 0) -> tuple[Any, list[str]]:
     from diffusers import SD3ControlNetModel
 
     base = int(seed) * 16
-    with _seeded(base + 7):
+    with seeded(base + 7):
         controlnet = SD3ControlNetModel(**TINY_SD3_CONTROLNET_CONFIG)
     gen = torch.Generator("cpu").manual_seed(base + 8)
     filled = [
-        "controlnet_blocks." + n
-        for n in _fill_if_zero(
-            controlnet.controlnet_blocks, gen, std=CONTROLNET_FILL_STD
-        )
+        f"{part}.{n}"
+        for part in ("controlnet_blocks", "pos_embed_input")
+        for n in fill_if_zero(getattr(controlnet, part), gen, std=CONTROLNET_FILL_STD)
     ]
-    filled += [
-        "pos_embed_input." + n
-        for n in _fill_if_zero(controlnet.pos_embed_input, gen, std=CONTROLNET_FILL_STD)
-    ]
-    still_zero = [
-        n
-        for n, p in controlnet.named_parameters()
-        if p.numel() and not torch.any(p != 0)
-    ]
+    still_zero = zero_parameters(controlnet)
     if still_zero:
-        raise RuntimeError(
-            f"SD3ControlNetModel has all-zero parameters left: {still_zero}"
-        )
+        raise RuntimeError(f"SD3ControlNetModel has all-zero parameters left: {still_zero}")
     controlnet.eval()
     return controlnet, filled
+
+
+def _write_clip_g_tokenizer(dst: Path) -> None:
+    """SD3's tokenizer_2: CLIP-L's BPE with "!" = 0 as its padding token."""
+    write_clip_tokenizer(dst, pad=(CLIP_G_PAD_TOKEN, CLIP_G_PAD_ID))
 
 
 def build_tiny_sd3_folder(dst: Path, seed: int = 0) -> Path:
@@ -428,36 +339,20 @@ def build_tiny_sd3_folder(dst: Path, seed: int = 0) -> Path:
     transformer/ (SD3Transformer2DModel), vae/ (AutoencoderKL). Weights as safetensors only; same ``seed`` gives
     identical weights; loads back with ``local_files_only=True`` / HF_HUB_OFFLINE=1. Returns ``dst``.
     """
-    import diffusers
-
-    dst = Path(dst)
-    dst.mkdir(parents=True, exist_ok=True)
-    comps = build_tiny_sd3_components(seed)
-    for name in (
-        "transformer",
-        "vae",
-        "text_encoder",
-        "text_encoder_2",
-        "text_encoder_3",
-    ):
-        comps[name].save_pretrained(dst / name, safe_serialization=True)
-    comps["scheduler"].save_pretrained(dst / "scheduler")
-    _write_sd3_tokenizers(dst)
-    index = {
-        "_class_name": "StableDiffusion3Pipeline",
-        "_diffusers_version": diffusers.__version__,
-    }
-    index.update(SD3_MODEL_INDEX_COMPONENTS)
-    (dst / "model_index.json").write_text(
-        json.dumps(index, indent=2) + "\n", encoding="utf-8"
+    return save_pipeline_folder(
+        dst,
+        build_tiny_sd3_components(seed),
+        class_name="StableDiffusion3Pipeline",
+        index_components=SD3_MODEL_INDEX_COMPONENTS,
+        tokenizers={
+            "tokenizer": write_clip_tokenizer,
+            "tokenizer_2": _write_clip_g_tokenizer,
+            "tokenizer_3": write_t5_tokenizer,
+        },
     )
-    _check_safetensors_only(dst)
-    return dst
 
 
-def build_tiny_sd3_controlnet_folder(
-    dst: Path, seed: int = 0, *, config_has_extra_channels: bool = True
-) -> Path:
+def build_tiny_sd3_controlnet_folder(dst: Path, seed: int = 0, *, config_has_extra_channels: bool = True) -> Path:
     """Save the tiny SD3 inpainting ControlNet as the alimama-creative/SD3-Controlnet-Inpainting layout: ONE model
     folder with config.json (SD3ControlNetModel) + diffusion_pytorch_model.safetensors. Same dims as the tiny
     transformer, num_layers 23, extra_conditioning_channels 1 (pos_embed_input.proj.weight [16, 17, 2, 2]).
@@ -466,25 +361,12 @@ def build_tiny_sd3_controlnet_folder(
     before diffusers knew the key would lack it: a plain ``from_pretrained`` then fails with a size mismatch, and
     ``load_sd3_inpaint_pipeline`` infers the channels from the weight. Returns ``dst``.
     """
-    dst = Path(dst)
-    dst.mkdir(parents=True, exist_ok=True)
-    controlnet, _ = build_tiny_sd3_controlnet(seed)
-    controlnet.save_pretrained(dst, safe_serialization=True)
+    dst = save_model_folder(dst, build_tiny_sd3_controlnet(seed)[0])
     if not config_has_extra_channels:
-        cfg_path = dst / "config.json"
-        cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
+        cfg = read_json(dst / "config.json")
         cfg.pop("extra_conditioning_channels", None)
-        cfg_path.write_text(json.dumps(cfg, indent=2) + "\n", encoding="utf-8")
-    _check_safetensors_only(dst)
+        write_json(dst / "config.json", cfg)
     return dst
-
-
-def _check_safetensors_only(folder: Path) -> None:
-    bins = [
-        p for p in folder.rglob("*") if p.suffix in (".bin", ".pt", ".pth", ".ckpt")
-    ]
-    if bins:
-        raise RuntimeError(f"non-safetensors weights written: {bins}")
 
 
 def controlnet_extra_channels(controlnet_folder: Path) -> int:
@@ -492,10 +374,8 @@ def controlnet_extra_channels(controlnet_folder: Path) -> int:
     from safetensors import safe_open
 
     folder = Path(controlnet_folder)
-    cfg = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    with safe_open(
-        str(folder / "diffusion_pytorch_model.safetensors"), framework="pt"
-    ) as f:
+    cfg = read_json(folder / "config.json")
+    with safe_open(str(folder / "diffusion_pytorch_model.safetensors"), framework="pt") as f:
         shape = f.get_slice("pos_embed_input.proj.weight").get_shape()
     return int(shape[1]) - int(cfg.get("in_channels", 16))
 
@@ -505,41 +385,23 @@ def controlnet_extra_channels(controlnet_folder: Path) -> int:
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def _dtype_kw() -> str:
-    # diffusers 0.42 renamed ``torch_dtype`` to ``dtype`` (the old name still works but warns).
-    from diffusers.utils import deprecation_utils
-
-    return (
-        "dtype"
-        if hasattr(deprecation_utils, "_TORCH_DTYPE_DEPRECATION_MESSAGE")
-        else "torch_dtype"
-    )
-
-
 def load_sd3_inpaint_pipeline(sd3_folder: Path, controlnet_folder: Path):
     """``StableDiffusion3ControlNetInpaintingPipeline`` from the two local folders, fp32, CPU, offline.
 
     The ControlNet is loaded with ``extra_conditioning_channels`` inferred from its weights (so a config without the
     key loads too); the SD3 folder's model_index says StableDiffusion3Pipeline, as the real repo's does.
     """
-    from diffusers import (
-        SD3ControlNetModel,
-        StableDiffusion3ControlNetInpaintingPipeline,
-    )
+    from diffusers import SD3ControlNetModel, StableDiffusion3ControlNetInpaintingPipeline
 
-    kw = {_dtype_kw(): torch.float32}
     controlnet = SD3ControlNetModel.from_pretrained(
         str(controlnet_folder),
-        local_files_only=True,
         extra_conditioning_channels=controlnet_extra_channels(controlnet_folder),
-        **kw,
+        **load_kwargs(),
     )
     pipe = StableDiffusion3ControlNetInpaintingPipeline.from_pretrained(
-        str(sd3_folder), controlnet=controlnet, local_files_only=True, **kw
+        str(sd3_folder), controlnet=controlnet, **load_kwargs()
     )
-    pipe.to("cpu")
-    pipe.set_progress_bar_config(disable=True)
-    return pipe
+    return quiet_on_cpu(pipe)
 
 
 @contextlib.contextmanager
@@ -551,7 +413,6 @@ def argmax_vae_encode(pipe):
     ``"encodes"`` and ``"samples"`` (patched ``sample`` calls).
     """
     vae = pipe.vae
-    previous = vae.__dict__.get("encode")
     original = vae.encode
     stats = {"encodes": 0, "samples": 0}
 
@@ -567,14 +428,8 @@ def argmax_vae_encode(pipe):
         stats["encodes"] += 1
         return out
 
-    vae.encode = _encode
-    try:
+    with swapped(vae, "encode", _encode):
         yield stats
-    finally:
-        if previous is None:
-            del vae.encode
-        else:
-            vae.encode = previous
 
 
 def run_diffusers_sd3_inpaint(
@@ -608,42 +463,21 @@ def run_diffusers_sd3_inpaint(
     ``latents``: initial latents [B, 16, H/8, W/8] (skips the noise draw). Generator:
     ``torch.Generator("cpu").manual_seed(seed)``.
     """
-    if encode_mode not in ("argmax", "sample"):
-        raise ValueError(
-            f"encode_mode must be 'argmax' or 'sample', not {encode_mode!r}"
-        )
-    if output_type not in ("pt", "latent"):
-        raise ValueError(f"output_type must be 'pt' or 'latent', not {output_type!r}")
+    check_run_modes(encode_mode, output_type)
     if pipe is None:
         pipe = load_sd3_inpaint_pipeline(sd3_folder, controlnet_folder)
-    kwargs = {
-        "prompt": prompt,
-        "negative_prompt": negative_prompt,
-        "control_image": image,
-        "control_mask": mask,
-        "height": height,
-        "width": width,
-        "num_inference_steps": steps,
-        "guidance_scale": guidance_scale,
-        "controlnet_conditioning_scale": controlnet_conditioning_scale,
-        "control_guidance_start": control_guidance_start,
-        "control_guidance_end": control_guidance_end,
-        "generator": torch.Generator("cpu").manual_seed(int(seed)),
-        "latents": latents,
-        "output_type": output_type,
-        "max_sequence_length": max_sequence_length,
-    }
-    if encode_mode == "argmax":
-        with argmax_vae_encode(pipe) as stats:
-            out = pipe(**kwargs).images
-        if stats["samples"] == 0:
-            raise RuntimeError(
-                "StableDiffusion3ControlNetInpaintingPipeline no longer calls vae.encode(...).latent_dist.sample(); "
-                "the argmax patch is inert"
-            )
-    else:
-        out = pipe(**kwargs).images
-    return out
+    return call_pipeline(
+        pipe,
+        argmax_vae_encode(pipe) if encode_mode == "argmax" else None,
+        used="samples",
+        inert="StableDiffusion3ControlNetInpaintingPipeline no longer calls vae.encode(...).latent_dist.sample()",
+        seed=seed,
+        prompt=prompt, negative_prompt=negative_prompt, control_image=image, control_mask=mask, height=height,
+        width=width, num_inference_steps=steps, guidance_scale=guidance_scale,
+        controlnet_conditioning_scale=controlnet_conditioning_scale, control_guidance_start=control_guidance_start,
+        control_guidance_end=control_guidance_end, latents=latents, output_type=output_type,
+        max_sequence_length=max_sequence_length,
+    )  # fmt: skip
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -654,10 +488,7 @@ def run_diffusers_sd3_inpaint(
 def initial_noise(seed: int, height: int, width: int, batch: int = 1) -> torch.Tensor:
     """The pipeline's initial latents: ``randn((B, 16, H//8, W//8), generator=Generator('cpu').manual_seed(seed))``
     (the generator's first and only draw, in both encode modes)."""
-    g = torch.Generator("cpu").manual_seed(int(seed))
-    return torch.randn(
-        (batch, 16, int(height) // 8, int(width) // 8), generator=g, dtype=torch.float32
-    )
+    return first_randn(seed, (batch, 16, int(height) // 8, int(width) // 8))
 
 
 def sd3_sigmas(

@@ -198,7 +198,8 @@ function buildBoundaries(rows) {
     const observed = Array.isArray(r.shape);
     return [
       { cls: "fs-name", text: str(r.tensor) },
-      { cls: "fs-shape", text: observed ? fmtShape(r.shape) : "not observed" },
+      // a pixel tensor on a padded / cropped model grid says so (summary.py size_note): "(padded from 1000x600)"
+      { cls: "fs-shape", text: observed ? fmtShape(r.shape) + (r.size_note ? ` (${str(r.size_note)})` : "") : "not observed" },
       { cls: "fs-dtype", text: str(r.dtype) },
       observed ? { cls: "fs-prov", badge: badge(r.provenance, r.device) } : { cls: "fs-prov", text: "" },
       { cls: "fs-boundary fs-dim", text: str(r.boundary) },

@@ -9,7 +9,14 @@ Schema `fillscope.shapes/1` (the JSON every node's `shapes` output holds):
     RECORD = {"id", "node", "title", "wall_s", "peak_cuda_bytes" (null off CUDA),
               "tensors": [{"name", "role": input|output|internal, "shape", "dtype", "device",
                            "provenance": "measured" | "static-config"}],
-              "facts": {name: value}, "notes": [...], "warnings": [...]}
+              "facts": {name: value}, "notes": [...], "warnings": [...],
+              "table": "flux_fill" | "sd3_controlnet",    # optional
+              "geometry": {"width", "height", "grid_width", "grid_height", "mode": exact|pad|crop,
+                           "top", "left"}}                # optional
+
+`table` (set by the model-specific nodes) names the boundary table the graph is summarised by
+(fillscope/trace/summary.py); `geometry` (set where the mask is prepared) is where the model grid sits in the
+input image, so a table can say when a size is padded or cropped.
 
 A tensor row is `measured` when its shape was read off a tensor that existed in this run (on cuda, cpu or
 meta: `device` says which), `static-config` when it comes from a config file without running anything.
@@ -34,7 +41,7 @@ def dtype_name(dtype) -> str:
 class ShapeRecorder:
     """Collects one node's record; `finish()` stops the clock and reads CUDA peak memory."""
 
-    def __init__(self, node: str, title: str | None = None):
+    def __init__(self, node: str, title: str | None = None, table: str | None = None):
         self.record = {
             "id": uuid.uuid4().hex[:12],
             "node": node,
@@ -46,6 +53,8 @@ class ShapeRecorder:
             "notes": [],
             "warnings": [],
         }
+        if table:
+            self.record["table"] = table
         self._cuda = _cuda_available()
         if self._cuda:
             import torch
@@ -54,15 +63,12 @@ class ShapeRecorder:
         self._t0 = time.perf_counter()
 
     def tensor(self, name: str, t, role: str = "output") -> None:
+        self.measured(name, t.shape, dtype_name(t.dtype), t.device.type, role)
+
+    def measured(self, name: str, shape, dtype: str, device: str, role: str = "output") -> None:
+        """A shape read off a tensor of this run by someone else (e.g. the trace driver's figures)."""
         self.record["tensors"].append(
-            {
-                "name": name,
-                "role": role,
-                "shape": list(t.shape),
-                "dtype": dtype_name(t.dtype),
-                "device": t.device.type,
-                "provenance": MEASURED,
-            }
+            {"name": name, "role": role, "shape": list(shape), "dtype": dtype, "device": device, "provenance": MEASURED}
         )
 
     def observe(self, name: str, t) -> None:
@@ -73,6 +79,11 @@ class ShapeRecorder:
         self.record["tensors"].append(
             {"name": name, "role": role, "shape": list(shape), "dtype": dtype, "device": "", "provenance": STATIC}
         )
+
+    def geometry(self, g) -> None:
+        """Where the model grid sits in the input image (fillscope.masks.Geometry): tables say when a size is padded."""
+        keys = ("width", "height", "grid_width", "grid_height", "mode", "top", "left")
+        self.record["geometry"] = {k: getattr(g, k) for k in keys}
 
     def fact(self, name: str, value) -> None:
         self.record["facts"][name] = value

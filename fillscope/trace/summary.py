@@ -81,15 +81,43 @@ def all_records(documents) -> list[dict]:
     return out
 
 
+# The boundary tables by the kind a node asks for (its record's "table", set by the node class).
+TABLES = {"flux_fill": FLUX_FILL_BOUNDARIES, "sd3_controlnet": SD3_CONTROLNET_BOUNDARIES}
+DEFAULT_TABLE = "flux_fill"
+
+
+def table_kind(documents) -> str:
+    """The boundary table the documents' graph asks for: the last record that names one (default flux_fill)."""
+    kinds = [rec["table"] for rec in all_records(documents) if rec.get("table") in TABLES]
+    return kinds[-1] if kinds else DEFAULT_TABLE
+
+
 def boundaries_for(documents) -> list:
     """The boundary list of the model family the documents' graph ran."""
-    nodes = {rec["node"] for rec in all_records(documents)}
-    return SD3_CONTROLNET_BOUNDARIES if "FillScopeSD3ControlNetInpaintSampler" in nodes else FLUX_FILL_BOUNDARIES
+    return TABLES[table_kind(documents)]
+
+
+def geometry_of(documents) -> dict | None:
+    """The input geometry the graph's mask preparation recorded (the last one), or None."""
+    found = [rec["geometry"] for rec in all_records(documents) if rec.get("geometry")]
+    return found[-1] if found else None
+
+
+def size_note(shape, geometry: dict | None) -> str:
+    """'padded from WxH' / 'center crop of WxH' for a pixel tensor on a model grid that is not the input's size."""
+    if not geometry or geometry.get("mode") not in ("pad", "crop") or not shape or len(shape) < 2:
+        return ""
+    if list(shape[-2:]) != [geometry["grid_height"], geometry["grid_width"]]:
+        return ""
+    size = f"{geometry['width']}x{geometry['height']}"
+    return f"padded from {size}" if geometry["mode"] == "pad" else f"center crop of {size}"
 
 
 def boundary_rows(documents, boundaries=None) -> list[dict]:
-    """One row per boundary: the last measured tensor of that name (the sampler's ids win over earlier ones)."""
+    """One row per boundary: the last measured tensor of that name (the sampler's ids win over earlier ones).
+    A pixel tensor on a padded or cropped grid gets a `size_note` saying so."""
     boundaries = boundaries or boundaries_for(documents)
+    geometry = geometry_of(documents)
     found: dict[str, tuple[dict, dict]] = {}
     for rec in all_records(documents):
         for t in rec["tensors"]:
@@ -100,6 +128,9 @@ def boundary_rows(documents, boundaries=None) -> list[dict]:
             rec, t = found[name]
             rows.append({"boundary": label, "tensor": name, "shape": t["shape"], "dtype": t["dtype"],
                          "provenance": t["provenance"], "device": t["device"], "node": rec["title"]})
+            note = size_note(t["shape"], geometry)
+            if note:
+                rows[-1]["size_note"] = note
         else:
             rows.append({"boundary": label, "tensor": name, "shape": None, "dtype": "", "provenance": "not observed",
                          "device": "", "node": ""})
@@ -134,14 +165,16 @@ def format_rows(rows) -> str:
     provs = [f"{r['provenance']} on {r['device']} ({r['node']})" if r["provenance"] == MEASURED else r["provenance"]
              for r in rows]
     pw = max(len(p) for p in provs)
+    shapes = [str(r["shape"]) + (f" ({r['size_note']})" if r.get("size_note") else "") for r in rows]
+    sw = max([22] + [len(s) for s in shapes])
     extra = f"  {seed_name} (static)" if seed else ""
-    lines = [f"{'boundary':<{w}}  {'shape':<22} {'dtype':<9} {'provenance':<{pw}}{extra}"]
-    lines.append("-" * (w + 34 + pw + len(extra)))
-    for r, prov in zip(rows, provs):
+    lines = [f"{'boundary':<{w}}  {'shape':<{sw}} {'dtype':<9} {'provenance':<{pw}}{extra}"]
+    lines.append("-" * (w + sw + 12 + pw + len(extra)))
+    for r, shape, prov in zip(rows, shapes, provs):
         cmp = ""
         if seed and r["tensor"] in seed:
             cmp = "  same" if seed[r["tensor"]] else f"  DIFFERS: {seed_table[r['tensor']]}"
-        lines.append(f"{r['boundary']:<{w}}  {str(r['shape']):<22} {r['dtype']:<9} {prov:<{pw}}{cmp}")
+        lines.append(f"{r['boundary']:<{w}}  {shape:<{sw}} {r['dtype']:<9} {prov:<{pw}}{cmp}")
     if seed:
         lines.append(f"{sum(seed.values())}/{len(seed)} boundaries equal the seed trace's shapes")
     return "\n".join(lines)

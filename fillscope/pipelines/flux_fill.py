@@ -1,4 +1,11 @@
-"""FLUX.1 Fill [dev]: fill-condition assembly and the flow-matching sampler.
+"""FLUX.1 Fill [dev]: the whole pipeline, one named function a stage.
+
+    1. encode_prompt         CLIP-L pooled [B,768] (modulation) + T5 sequence [B,512,4096] (joint attention)
+    2. build_fill_condition  masked image -> VAE mean -> packed [B,N,64] ++ packed 8x8-block mask [B,N,256]
+    3. sample_flux_fill      Euler over the transformer: noisy [B,N,64] ++ condition [B,N,320] = 384 channels
+    4. decode_to_image       [B,16,H/8,W/8] -> IMAGE [B,H,W,3] at the input's size
+
+`run` calls them in this order; each node calls one of them; the trace driver runs `run` under its tracers.
 
 Follows diffusers' FluxFillPipeline step for step (same packing, schedule, noise draw, guidance embedding and
 Euler update), with these deliberate differences, each one an option:
@@ -14,26 +21,61 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import vae as vae_ops
-from .errors import FillScopeInputError
-from .latents import decode_to_image  # noqa: F401  (re-exported: the FLUX path end to end)
-from .latents import (
-    ConditionSource,
-    SampledLatent,
-    observer_or_noop,
+from .. import text as text_ops
+from .. import vae as vae_ops
+from ..condition import ConditionSource
+from ..decode import SampledLatent, decode_to_image
+from ..errors import FillScopeInputError
+from ..masks import PreparedInput
+from ..observe import observer_or_noop, timed
+from ..sampling import (
+    check_steps_and_denoise,
+    euler_step,
+    flux_dynamic_mu,
+    flux_sigmas,
     require_finite_first_step,
     require_finite_result,
     starting_point,
 )
-from .masks import PreparedInput
-from .sampling import check_steps_and_denoise, euler_step, flux_dynamic_mu, flux_sigmas
-from .specs import flux_image_ids, flux_scheduler_config, pack_latents, unpack_latents
-from .text import FluxTextCondition
-from .weights import Component, load_component
+from ..specs import flux_image_ids, flux_scheduler_config, pack_latents, unpack_latents
+from ..text import FluxTextCondition
+from ..weights import Component, load_component
+
+FAMILY = "flux-fill"
+TITLE = "FLUX.1 Fill [dev]"
+COMPONENTS = ("clip_l", "t5", "transformer", "vae")  # the stack `run` takes, by these names
+TAKES_NEGATIVE_PROMPT = False
+T5_MAX_LENGTH = 512
 
 
 def load_flux_fill_transformer(source, *, dtype="bf16", device="auto", seed=0) -> Component:
     return load_component("flux_fill_transformer", source, dtype=dtype, device=device, seed=seed, input_name="transformer source")
+
+
+def load_stack(source, *, tokenizer_folders, dtype="bf16", device="auto", seed=0) -> dict[str, Component]:
+    """Every component from one weight source (meta, placeholder or a diffusers repository folder).
+    `tokenizer_folders` = (CLIP, T5) tokenizer folders for weights that carry none."""
+    clip_dir, t5_dir = tokenizer_folders
+    kw = dict(dtype=dtype, device=device, seed=seed)
+    return {
+        "clip_l": text_ops.load_clip_l(source, tokenizer_fallback=clip_dir, **kw),
+        "t5": text_ops.load_t5(source, tokenizer_fallback=t5_dir, **kw),
+        "transformer": load_flux_fill_transformer(source, **kw),
+        "vae": vae_ops.load_vae(source, kind="flux", **kw),
+    }
+
+
+def encode_prompt(clip_l: Component, t5: Component, prompt: str, *, max_length: int = T5_MAX_LENGTH,
+                  observe=None) -> FluxTextCondition:
+    """Step 1. CLIP-L's pooled output (no projection: FLUX never uses it) and T5's last hidden state."""
+    observe = observer_or_noop(observe)
+    clip = text_ops.encode_clip(clip_l, prompt, project=False)
+    t5_out = text_ops.encode_t5(t5, prompt, max_length)
+    observe("clip_l.input_ids", clip.input_ids)  # [B,77]
+    observe("t5.input_ids", t5_out.input_ids)  # [B,512]
+    observe("clip_l.pooled", clip.pooled)  # [B,768]
+    observe("t5.hidden", t5_out.hidden)  # [B,512,4096]
+    return text_ops.flux_text_condition(t5_out, clip)
 
 
 def pack_mask(mask, vae_scale: int = 8):
@@ -60,13 +102,15 @@ class FillCondition(ConditionSource):
 
 
 def build_fill_condition(vae: Component, prepared: PreparedInput, observe=None) -> FillCondition:
-    """`observe(name, tensor)` sees every boundary tensor (the shape records use it)."""
+    """Step 2. `observe(name, tensor)` sees every boundary tensor (the shape records use it)."""
     import torch
 
     observe = observer_or_noop(observe)
-
-    if vae.config.get("latent_channels", 16) != 16:
-        raise FillScopeInputError("vae", "FLUX Fill needs the 16-channel FLUX VAE.", "connect the FLUX VAE loader.")
+    if vae.kind != "flux_vae" or vae.config.get("latent_channels", 16) != 16:
+        # the SD3 VAE also has 16 channels: without this check the mistake would surface only at decode
+        raise FillScopeInputError("vae", "FLUX Fill needs the 16-channel FLUX VAE (scale 0.3611, shift 0.1159); "
+                                  f"this is the {vae.kind.replace('_vae', '').upper()} VAE.",
+                                  "set the VAE loader's kind to flux.")
     # masked pixels -> 0 (mid grey in [-1,1]), exactly diffusers' init_image * (1 - mask)
     masked = prepared.image * (1.0 - prepared.mask)  # [B,3,H,W]
     masked_latents = vae_ops.encode(vae, masked)  # [B,16,H/8,W/8]
@@ -97,7 +141,7 @@ def sample_flux_fill(
     noise=None,
     observe=None,
 ) -> SampledLatent:
-    """Flow-matching Euler over FLUX Fill. `callback(step, total)` runs after every step (ComfyUI's progress
+    """Step 3. Flow-matching Euler over FLUX Fill. `callback(step, total)` runs after every step (ComfyUI's progress
     bar raises from it on interrupt). `noise` overrides the seeded initial noise [B,16,h,w]."""
     import torch
 
@@ -174,3 +218,57 @@ def sample_flux_fill(
     observe("latent.unpacked", out)
     info = {"steps_run": run_steps, "mu": mu, "sigma_start": float(sigmas[0]), "tokens": n_tokens}
     return SampledLatent(out, cond.prepared, "flux", info=info)
+
+
+@dataclass
+class FluxFillResult:
+    """Every stage's output of one `run`."""
+
+    text: FluxTextCondition
+    condition: FillCondition
+    latent: SampledLatent
+    image: object  # IMAGE [B,H,W,3] at the input's size
+
+
+def run(stack: dict[str, Component], prompt: str, prepared: PreparedInput, *, steps: int = 28,
+        guidance: float = 30.0, seed: int = 0, denoise: float = 1.0, callback=None, noise=None,
+        observe=None, timings: dict | None = None) -> FluxFillResult:
+    """The whole pipeline on a stack named as COMPONENTS (steps 1-4 above, in order). `timings`, when a dict,
+    receives each step's wall time under its function's name."""
+    with timed(timings, "encode_prompt"):
+        flux_text = encode_prompt(stack["clip_l"], stack["t5"], prompt, observe=observe)  # 1
+    with timed(timings, "build_fill_condition"):
+        condition = build_fill_condition(stack["vae"], prepared, observe=observe)  # 2
+    with timed(timings, "sample_flux_fill"):
+        latent = sample_flux_fill(stack["transformer"], flux_text, condition, steps=steps, guidance=guidance,
+                                  seed=seed, denoise=denoise, callback=callback, noise=noise, observe=observe)  # 3
+    with timed(timings, "decode_to_image"):
+        image = decode_to_image(stack["vae"], latent, observe=observe)  # 4
+    return FluxFillResult(flux_text, condition, latent, image)
+
+
+def stages(stack: dict[str, Component], prompt: str, prepared: PreparedInput, done: FluxFillResult,
+           *, seed: int = 0) -> list:
+    """Each stage alone, as (label, the components it runs, a callable that re-runs it from `done`'s inputs):
+    what the per-stage memory figures and the denoiser FLOP count measure."""
+    return [
+        ("text encoders", ["clip_l", "t5"], lambda: encode_prompt(stack["clip_l"], stack["t5"], prompt)),
+        ("VAE encode", ["vae"], lambda: build_fill_condition(stack["vae"], prepared)),
+        ("denoiser step", ["transformer"],
+         lambda: sample_flux_fill(stack["transformer"], done.text, done.condition, steps=1, seed=seed)),
+        ("VAE decode", ["vae"], lambda: decode_to_image(stack["vae"], done.latent)),
+    ]
+
+
+def traced_modules(stack: dict[str, Component]) -> dict:
+    """The modules the tracers hook, by component name: CLIP-L's text transformer only (FLUX runs it without
+    the projection)."""
+    models = {name: comp.model for name, comp in stack.items()}
+    models["clip_l"] = text_ops.clip_text_model(stack["clip_l"].model)
+    return models
+
+
+def parameters_not_run(stack: dict[str, Component]) -> dict[str, int]:
+    """Instantiated parameters this pipeline never computes with."""
+    projection = getattr(stack["clip_l"].model, "text_projection", None)
+    return {"clip_l.text_projection": projection.weight.numel() if projection is not None else 0}

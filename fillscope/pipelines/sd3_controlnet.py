@@ -1,4 +1,12 @@
-"""SD3 / SD3.5 + the alimama-creative SD3 inpainting ControlNet: condition assembly and the CFG sampler.
+"""SD3 / SD3.5 + the alimama-creative SD3 inpainting ControlNet: the whole pipeline, one named function a stage.
+
+    1. encode_prompt            CLIP-L ++ CLIP-G penultimate (zero-padded to 4096) cat T5 -> context [B,333,4096],
+                                L ++ G text_embeds -> pooled [B,2048]; once for the prompt, once for the negative
+    2. build_inpaint_condition  repaint pixels -> -1, VAE mean -> [B,16,H/8,W/8] ++ keep mask -> [B,17,H/8,W/8]
+    3. sample_sd3_controlnet_inpaint  Euler with CFG; each step the ControlNet's 23 residuals join the MMDiT blocks
+    4. decode_to_image          [B,16,H/8,W/8] -> IMAGE [B,H,W,3] at the input's size
+
+`run` calls them in this order; each node calls one of them; the trace driver runs `run` under its tracers.
 
 Follows diffusers' StableDiffusion3ControlNetInpaintingPipeline step for step (control image, CFG batching,
 zero pooled input to the ControlNet, control start/end rule, schedule, Euler update), with these deliberate
@@ -17,22 +25,30 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import vae as vae_ops
-from .errors import FillScopeInputError
-from .latents import (
-    ConditionSource,
-    SampledLatent,
-    observer_or_noop,
+from .. import text as text_ops
+from .. import vae as vae_ops
+from ..condition import ConditionSource
+from ..decode import SampledLatent, decode_to_image
+from ..errors import FillScopeInputError
+from ..masks import PreparedInput
+from ..observe import observer_or_noop, timed
+from ..sampling import (
+    check_steps_and_denoise,
+    euler_step,
     require_finite_first_step,
     require_finite_result,
     starting_point,
+    static_shift_sigmas,
 )
-from .masks import PreparedInput
-from .sampling import check_steps_and_denoise, euler_step, static_shift_sigmas
-from .specs import scheduler_config
-from .text import SD3TextCondition
-from .weights import Component, load_component
+from ..specs import scheduler_config
+from ..text import SD3TextCondition
+from ..weights import Component, load_component
 
+FAMILY = "sd3-controlnet-inpaint"
+TITLE = "SD3 + alimama inpainting ControlNet"
+COMPONENTS = ("clip_l", "clip_g", "t5", "transformer", "controlnet", "vae")  # the stack `run` takes
+TAKES_NEGATIVE_PROMPT = True
+T5_MAX_LENGTH = 256
 RESIDUAL_MAPPINGS = ("one_to_one", "diffusers")
 
 
@@ -45,6 +61,45 @@ def load_sd3_controlnet(source, *, dtype="bf16", device="auto", seed=0) -> Compo
     return load_component("sd3_controlnet", source, dtype=dtype, device=device, seed=seed, input_name="controlnet source")
 
 
+def load_stack(source, *, tokenizer_folders, controlnet=None, variant=None, dtype="bf16", device="auto",
+               seed=0) -> dict[str, Component]:
+    """Every component from one weight source (meta, placeholder or a diffusers repository folder); the
+    ControlNet from `controlnet` when it is a separate folder. `tokenizer_folders` = (CLIP, T5) tokenizer
+    folders for weights that carry none."""
+    clip_dir, t5_dir = tokenizer_folders
+    kw = dict(dtype=dtype, device=device, seed=seed)
+    return {
+        "clip_l": text_ops.load_clip_l(source, tokenizer_fallback=clip_dir, **kw),
+        "clip_g": text_ops.load_clip_g(source, tokenizer_fallback=clip_dir, **kw),
+        "t5": text_ops.load_t5(source, tokenizer_fallback=t5_dir, **kw),
+        "transformer": load_sd3_transformer(source, variant=variant, **kw),
+        "controlnet": load_sd3_controlnet(controlnet or source, **kw),
+        "vae": vae_ops.load_vae(source, kind="sd3", **kw),
+    }
+
+
+def encode_prompt(clip_l: Component, clip_g: Component, t5: Component, prompt: str, *,
+                  max_length: int = T5_MAX_LENGTH, observe=None) -> SD3TextCondition:
+    """Step 1, for one prompt."""
+    observe = observer_or_noop(observe)
+    cl, cg = text_ops.encode_clip(clip_l, prompt), text_ops.encode_clip(clip_g, prompt)
+    t5_out = text_ops.encode_t5(t5, prompt, max_length)
+    for name, tensor in (("clip_l.penultimate", cl.penultimate),  # [B,77,768]
+                         ("clip_l.text_embeds", cl.text_embeds),  # [B,768]
+                         ("clip_g.penultimate", cg.penultimate),  # [B,77,1280]
+                         ("clip_g.text_embeds", cg.text_embeds),  # [B,1280]
+                         ("t5.hidden", t5_out.hidden),  # [B,256,4096]
+                         ("clip_l.input_ids", cl.input_ids),  # [B,77]
+                         ("clip_g.input_ids", cg.input_ids),  # [B,77]
+                         ("t5.input_ids", t5_out.input_ids)):  # [B,256]
+        if tensor is not None:
+            observe(name, tensor)
+    condition = text_ops.sd3_text_condition(cl, cg, t5_out, observe=observe)
+    observe("joint_context", condition.context)  # [B,333,4096]
+    observe("pooled", condition.pooled)  # [B,2048]
+    return condition
+
+
 @dataclass(kw_only=True)
 class InpaintCondition(ConditionSource):
     """The ControlNet's condition: masked-image latents (16) ++ keep-mask (1)."""
@@ -53,6 +108,7 @@ class InpaintCondition(ConditionSource):
 
 
 def build_inpaint_condition(vae: Component, prepared: PreparedInput, observe=None) -> InpaintCondition:
+    """Step 2."""
     import torch
     import torch.nn.functional as F
 
@@ -114,7 +170,7 @@ def sample_sd3_controlnet_inpaint(
     noise=None,
     observe=None,
 ) -> SampledLatent:
-    """Flow-matching Euler with classifier-free guidance (negative first in the batch, as diffusers).
+    """Step 3. Flow-matching Euler with classifier-free guidance (negative first in the batch, as diffusers).
     `callback(step, total)` runs after every step; `noise` overrides the seeded initial noise [B,16,h,w]."""
     import torch
 
@@ -212,3 +268,65 @@ def sample_sd3_controlnet_inpaint(
             "controlnet_residuals": cnet.config.get("num_layers"), "controlnet_steps": controlnet_steps,
             "residual_mapping": residual_mapping}
     return SampledLatent(latents, cond.prepared, "sd3", info=info)
+
+
+@dataclass
+class SD3ControlNetResult:
+    """Every stage's output of one `run`."""
+
+    positive: SD3TextCondition
+    negative: SD3TextCondition | None
+    condition: InpaintCondition
+    latent: SampledLatent
+    image: object  # IMAGE [B,H,W,3] at the input's size
+
+
+def run(stack: dict[str, Component], prompt: str, prepared: PreparedInput, *, negative_prompt: str = "",
+        steps: int = 28, cfg: float = 7.0, control_scale: float = 0.95, control_start: float = 0.0,
+        control_end: float = 1.0, shift: float | None = None, seed: int = 0, denoise: float = 1.0,
+        residual_mapping: str = "one_to_one", callback=None, noise=None, observe=None,
+        timings: dict | None = None) -> SD3ControlNetResult:
+    """The whole pipeline on a stack named as COMPONENTS (steps 1-4 above, in order). The negative prompt is
+    encoded only when CFG is on; `observe` sees the positive prompt's text tensors. `timings`, when a dict,
+    receives each step's wall time under its function's name."""
+    encoders = stack["clip_l"], stack["clip_g"], stack["t5"]
+    with timed(timings, "encode_prompt"):
+        positive = encode_prompt(*encoders, prompt, observe=observe)  # 1
+        negative = encode_prompt(*encoders, negative_prompt) if cfg > 1.0 else None
+    with timed(timings, "build_inpaint_condition"):
+        condition = build_inpaint_condition(stack["vae"], prepared, observe=observe)  # 2
+    with timed(timings, "sample_sd3_controlnet_inpaint"):
+        latent = sample_sd3_controlnet_inpaint(  # 3
+            stack["transformer"], stack["controlnet"], positive, negative, condition, steps=steps, cfg=cfg,
+            control_scale=control_scale, control_start=control_start, control_end=control_end, shift=shift,
+            seed=seed, denoise=denoise, residual_mapping=residual_mapping, callback=callback, noise=noise,
+            observe=observe)
+    with timed(timings, "decode_to_image"):
+        image = decode_to_image(stack["vae"], latent, observe=observe)  # 4
+    return SD3ControlNetResult(positive, negative, condition, latent, image)
+
+
+def stages(stack: dict[str, Component], prompt: str, prepared: PreparedInput, done: SD3ControlNetResult,
+           *, negative_prompt: str = "", seed: int = 0) -> list:
+    """Each stage alone, as (label, the components it runs, a callable that re-runs it from `done`'s inputs):
+    what the per-stage memory figures and the denoiser FLOP count measure."""
+    encoders = stack["clip_l"], stack["clip_g"], stack["t5"]
+    return [
+        ("text encoders", ["clip_l", "clip_g", "t5"],
+         lambda: (encode_prompt(*encoders, prompt), encode_prompt(*encoders, negative_prompt))),
+        ("VAE encode", ["vae"], lambda: build_inpaint_condition(stack["vae"], prepared)),
+        ("denoiser step", ["transformer", "controlnet"],
+         lambda: sample_sd3_controlnet_inpaint(stack["transformer"], stack["controlnet"], done.positive,
+                                               done.negative, done.condition, steps=1, seed=seed)),
+        ("VAE decode", ["vae"], lambda: decode_to_image(stack["vae"], done.latent)),
+    ]
+
+
+def traced_modules(stack: dict[str, Component]) -> dict:
+    """The modules the tracers hook, by component name: every component whole."""
+    return {name: comp.model for name, comp in stack.items()}
+
+
+def parameters_not_run(stack: dict[str, Component]) -> dict[str, int]:
+    """SD3 computes with every instantiated parameter (both CLIP projections included)."""
+    return {}

@@ -1,0 +1,181 @@
+"""File tensors -> the model's state dict: key plans and converters per on-disk layout.
+
+FLUX BFL keys: the plan in `flux_bfl_plan`, widths read from the weights; SAI MMDiT keys and LDM VAE keys:
+diffusers' own converters; CLIP/T5 transformers keys: renamed in place. fp8 tensors stay fp8 (converters that
+cannot handle them see uint8 views); scaled fp8 files bring per-tensor scales, returned separately.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from ..fp8 import is_fp8
+from .info import Part
+from .shapes import Keys
+
+IGNORED_KEYS = re.compile(r"(^|\.)(position_ids|logit_scale)$")
+
+
+@dataclass(frozen=True)
+class Move:
+    """dst (diffusers key) <- src (file key), rows [start, stop) of dim 0 when sliced, scale/shift halves swapped."""
+
+    src: str
+    dst: str
+    rows: tuple | None = None
+    swap: bool = False
+
+
+def flux_bfl_plan(tensors: dict, prefix: str = "") -> list[Move]:
+    """The FLUX.1 BFL -> diffusers key plan, with every width read from the weights (diffusers' own converter
+    hard-codes 3072). Fused qkv [3W, W] splits into q/k/v rows; single blocks' linear1 [3W + M, W] into q, k, v
+    and the MLP input; the final modulation swaps its (shift, scale) halves."""
+    k = Keys(tensors, prefix)
+    w = k.shape("img_in.weight")[0]
+    plan: list[Move] = []
+
+    def add(src, dst, rows=None, swap=False):
+        for end in ("weight", "bias"):
+            if k.has(f"{src}.{end}"):
+                plan.append(Move(f"{src}.{end}", f"{dst}.{end}", rows, swap))
+
+    def qkv(src, dsts):
+        for i, d in enumerate(dsts):
+            add(src, d, (i * w, (i + 1) * w))
+
+    for i in range(k.count("double_blocks.")):
+        s, d = f"double_blocks.{i}", f"transformer_blocks.{i}"
+        qkv(f"{s}.img_attn.qkv", [f"{d}.attn.to_q", f"{d}.attn.to_k", f"{d}.attn.to_v"])
+        qkv(f"{s}.txt_attn.qkv", [f"{d}.attn.add_q_proj", f"{d}.attn.add_k_proj", f"{d}.attn.add_v_proj"])
+        for src, dst in (("img_attn.proj", "attn.to_out.0"), ("txt_attn.proj", "attn.to_add_out"),
+                         ("img_mod.lin", "norm1.linear"), ("txt_mod.lin", "norm1_context.linear"),
+                         ("img_mlp.0", "ff.net.0.proj"), ("img_mlp.2", "ff.net.2"),
+                         ("txt_mlp.0", "ff_context.net.0.proj"), ("txt_mlp.2", "ff_context.net.2")):
+            add(f"{s}.{src}", f"{d}.{dst}")
+        for src, dst in (("img_attn.norm.query_norm", "attn.norm_q"), ("img_attn.norm.key_norm", "attn.norm_k"),
+                         ("txt_attn.norm.query_norm", "attn.norm_added_q"), ("txt_attn.norm.key_norm", "attn.norm_added_k")):
+            plan.append(Move(f"{s}.{src}.scale", f"{d}.{dst}.weight"))
+    for i in range(k.count("single_blocks.")):
+        s, d = f"single_blocks.{i}", f"single_transformer_blocks.{i}"
+        total = k.shape(f"{s}.linear1.weight")[0]
+        qkv(f"{s}.linear1", [f"{d}.attn.to_q", f"{d}.attn.to_k", f"{d}.attn.to_v"])
+        add(f"{s}.linear1", f"{d}.proj_mlp", (3 * w, total))
+        add(f"{s}.linear2", f"{d}.proj_out")
+        add(f"{s}.modulation.lin", f"{d}.norm.linear")
+        plan.append(Move(f"{s}.norm.query_norm.scale", f"{d}.attn.norm_q.weight"))
+        plan.append(Move(f"{s}.norm.key_norm.scale", f"{d}.attn.norm_k.weight"))
+    for src, dst in (("img_in", "x_embedder"), ("txt_in", "context_embedder"),
+                     ("time_in.in_layer", "time_text_embed.timestep_embedder.linear_1"),
+                     ("time_in.out_layer", "time_text_embed.timestep_embedder.linear_2"),
+                     ("vector_in.in_layer", "time_text_embed.text_embedder.linear_1"),
+                     ("vector_in.out_layer", "time_text_embed.text_embedder.linear_2"),
+                     ("guidance_in.in_layer", "time_text_embed.guidance_embedder.linear_1"),
+                     ("guidance_in.out_layer", "time_text_embed.guidance_embedder.linear_2"),
+                     ("final_layer.linear", "proj_out")):
+        add(src, dst)
+    add("final_layer.adaLN_modulation.1", "norm_out.linear", swap=True)
+    return [Move(prefix + m.src, m.dst, m.rows, m.swap) for m in plan]
+
+
+def _swap_halves(t):
+    import torch
+
+    a, b = t.chunk(2, dim=0)
+    return torch.cat([b, a], dim=0)
+
+
+def _via_uint8(convert, tensors: dict) -> dict:
+    """Run a converter written for float tensors on fp8 ones (cat/chunk of fp8 is not implemented everywhere):
+    fp8 tensors travel as uint8 views and come back as the file's fp8 dtype."""
+    fp8 = {t.dtype for t in tensors.values() if is_fp8(t.dtype)}
+    if not fp8:
+        return convert(tensors)
+    if len(fp8) > 1:
+        raise ValueError("mixed fp8 formats in one file")
+    (dt,) = fp8
+    import torch
+
+    out = convert({k: (v.view(torch.uint8) if v.dtype == dt else v) for k, v in tensors.items()})
+    return {k: (v.view(dt) if v.dtype == torch.uint8 else v) for k, v in out.items()}
+
+
+def _scales(tensors: dict) -> tuple[dict, dict]:
+    """ComfyUI's scaled fp8: (weights without the scale tensors, {weight key: scale}). `scale_input` is an
+    activation scale for fp8 matmuls; computing in bf16 does not use it."""
+    scales = {}
+    rest = {}
+    for key, t in tensors.items():
+        if key.endswith("scaled_fp8") or key.endswith(".scale_input"):
+            continue
+        if key.endswith(".scale_weight"):
+            scales[key[: -len("scale_weight")] + "weight"] = t
+            continue
+        rest[key] = t
+    return rest, scales
+
+
+def _dequantize(tensors: dict, scales: dict, dtype) -> dict:
+    return {k: (v.to(dtype) * scales[k].to(dtype) if k in scales else v) for k, v in tensors.items()}
+
+
+def convert_part(part: Part, tensors: dict, config: dict, dtype) -> tuple[dict, dict, list]:
+    """File tensors (keys with the part's prefix) -> (model state dict, {model key: fp8 scale}, notes)."""
+    notes = []
+    p = part.prefix
+    local = {key[len(p):]: t for key, t in tensors.items()}
+    local, scales = _scales(local)
+    if part.layout == "bfl":
+        plan = flux_bfl_plan(local)
+        out, out_scales = {}, {}
+        for m in plan:
+            t = local[m.src]
+            if m.rows is not None:
+                t = t[m.rows[0]:m.rows[1]]
+            if m.swap:
+                t = _via_uint8(lambda d: {"x": _swap_halves(d["x"])}, {"x": t})["x"]
+            out[m.dst] = t
+            if m.src in scales:
+                out_scales[m.dst] = scales[m.src]
+        used = {m.src for m in plan}
+        extra = sorted(set(local) - used)
+        return out, out_scales, ([f"ignored {len(extra)} tensors the diffusers model has no place for (e.g. {extra[0]})"] if extra else [])
+    if part.layout == "sai":
+        from diffusers.loaders.single_file_utils import convert_sd3_transformer_checkpoint_to_diffusers
+
+        if scales:
+            local = _dequantize(local, scales, dtype)
+            notes.append("scaled fp8 weights dequantised to the loader's dtype at load")
+        return _via_uint8(lambda d: convert_sd3_transformer_checkpoint_to_diffusers(dict(d)), local), {}, notes
+    if part.layout == "ldm":
+        from diffusers.loaders.single_file_utils import convert_ldm_vae_checkpoint
+
+        if scales:
+            local = _dequantize(local, scales, dtype)
+        return _via_uint8(lambda d: convert_ldm_vae_checkpoint(d, config), local), {}, notes
+    if part.component in ("clip_l", "clip_g"):
+        out = {}
+        for key, t in local.items():
+            if IGNORED_KEYS.search(key):
+                continue
+            out[key.removeprefix("text_model.")] = t
+        return out, {k.removeprefix("text_model."): v for k, v in scales.items()}, notes
+    if part.component == "t5_xxl":
+        out = {}
+        dropped = 0
+        for key, t in local.items():
+            if key.startswith(("decoder.", "lm_head.")):
+                dropped += 1
+                continue
+            out[key] = t
+        if "shared.weight" not in out and "encoder.embed_tokens.weight" in out:
+            out["shared.weight"] = out.pop("encoder.embed_tokens.weight")
+            if "encoder.embed_tokens.weight" in scales:
+                scales["shared.weight"] = scales.pop("encoder.embed_tokens.weight")
+        else:
+            out.pop("encoder.embed_tokens.weight", None)
+        if dropped:
+            notes.append(f"ignored the file's {dropped} decoder tensors (FLUX and SD3 use the encoder only)")
+        return out, scales, notes
+    out = {k: v for k, v in local.items() if not IGNORED_KEYS.search(k)}
+    return out, scales, notes

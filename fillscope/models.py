@@ -1,0 +1,185 @@
+"""Building a component's model: its class, its full topology on the meta device, deterministic placeholder
+values, shared-parameter ties and constructor-computed buffers, and the config checks every weight source runs.
+
+Nothing here knows where weights come from (weights.py: folders and the loading entry point; the checkpoints
+package: single files); both build through this module. torch, diffusers and transformers are imported inside
+the functions so that importing the engine stays cheap.
+"""
+
+from __future__ import annotations
+
+import zlib
+from pathlib import Path
+
+from .errors import FillScopeInputError
+from .specs import COMPONENTS, shipped_config
+
+DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+
+
+def torch_dtype(name: str):
+    import torch
+
+    if name not in DTYPES:
+        raise FillScopeInputError("dtype", f"unknown dtype {name!r}.", f"use one of {', '.join(DTYPES)}.")
+    return getattr(torch, DTYPES[name])
+
+
+def model_class(kind: str, class_name: str | None = None):
+    """The diffusers/transformers class of a component (`class_name` overrides the component's own)."""
+    spec = COMPONENTS[kind]
+    name = class_name or spec.class_name
+    if spec.library == "diffusers":
+        import diffusers
+
+        return getattr(diffusers, name)
+    import transformers
+
+    return getattr(transformers, name)
+
+
+def transformers_config(kind: str, config: dict):
+    import transformers
+
+    if kind in ("clip_l", "clip_g"):
+        return transformers.CLIPTextConfig(**config)
+    if kind == "t5_xxl":
+        return transformers.T5Config(**config)
+    raise KeyError(kind)
+
+
+def build_on_meta(kind: str, config: dict | None = None, dtype=None, class_name: str | None = None):
+    """The component's full topology on the meta device (no storage, ~0.1 s even for the 12B transformer),
+    created directly in `dtype`, except the modules a model class keeps in fp32 (T5's `wo` under fp16).
+    `class_name` overrides the component's class (e.g. CLIPTextModel for a CLIP file without projection)."""
+    import torch
+
+    config = dict(config or shipped_config(kind))
+    cls = model_class(kind, class_name)
+    previous = torch.get_default_dtype()
+    if dtype is not None:
+        torch.set_default_dtype(dtype)
+    try:
+        with torch.device("meta"):
+            if COMPONENTS[kind].library == "diffusers":
+                model = cls.from_config(config)
+            else:
+                model = cls(transformers_config(kind, config))
+    finally:
+        torch.set_default_dtype(previous)
+    if dtype == torch.float16:
+        keep = getattr(model, "_keep_in_fp32_modules", None) or []
+        for name, module in model.named_modules():
+            if any(name.endswith(k) or f".{k}." in f".{name}." for k in keep):
+                module.to(torch.float32)
+    return model.eval().requires_grad_(False)
+
+
+def _is_norm_weight(name: str, shape) -> bool:
+    leaf = name.rsplit(".", 2)
+    return len(shape) == 1 and name.endswith("weight") and any("norm" in part for part in leaf[:-1])
+
+
+def fill_placeholder(model, seed: int, device: str) -> None:
+    """Materialise a meta-built model on `device` and fill it deterministically: weights uniform in
+    +-1/sqrt(fan_in) (keeps activations finite through deep stacks), norm scales 1, biases 0. Each tensor's
+    stream is seeded from (seed, its qualified name), so the values do not depend on build order or device
+    count."""
+    import torch
+
+    ties = tied_groups(model)
+    model.to_empty(device=device)  # materialises each name separately: ties (T5's shared embedding) break here
+    retie(model, ties)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if _is_norm_weight(name, param.shape):
+                param.fill_(1.0)
+            elif name.endswith("bias"):
+                param.zero_()
+            else:
+                gen = torch.Generator(device=device).manual_seed((seed * 1_000_003 + zlib.crc32(name.encode())) % 2**63)
+                fan_in = max(1, param[0].numel()) if param.dim() > 1 else param.numel()
+                bound = 1.0 / fan_in**0.5 if param.dim() > 1 else 0.02
+                param.uniform_(-bound, bound, generator=gen)
+        for module_name, module in model.named_modules():
+            for name, buf in module.named_buffers(recurse=False):
+                fill_buffer(module, name, buf, f"{module_name}.{name}", device)
+
+
+def tied_groups(model) -> list[list[str]]:
+    """Names that share one Parameter (e.g. T5's shared / encoder.embed_tokens), each group in order."""
+    groups: dict[int, list[str]] = {}
+    for name, param in model.named_parameters(remove_duplicate=False):
+        groups.setdefault(id(param), []).append(name)
+    return [names for names in groups.values() if len(names) > 1]
+
+
+def retie(model, groups: list[list[str]]) -> None:
+    for first, *others in groups:
+        owner, _, leaf = first.rpartition(".")
+        param = getattr(model.get_submodule(owner) if owner else model, leaf)
+        for name in others:
+            mod, _, leaf = name.rpartition(".")
+            setattr(model.get_submodule(mod) if mod else model, leaf, param)
+
+
+def fill_buffer(module, name: str, buf, qualified: str, device) -> None:
+    """Buffers are not weights: they get the value the module's own constructor computes."""
+    import torch
+
+    if name.endswith("position_ids"):
+        buf.copy_(torch.arange(buf.shape[-1], device=device).expand_as(buf))
+    elif name == "pos_embed" and hasattr(module, "base_size") and hasattr(module, "interpolation_scale"):
+        # diffusers' PatchEmbed (SD3, the SD3 ControlNet): a fixed 2-D sin-cos grid of pos_embed_max_size^2 tokens
+        from diffusers.models.embeddings import get_2d_sincos_pos_embed
+
+        grid = module.pos_embed_max_size or int(buf.shape[1] ** 0.5)
+        table = get_2d_sincos_pos_embed(buf.shape[-1], grid, base_size=module.base_size,
+                                        interpolation_scale=module.interpolation_scale, output_type="pt")
+        buf.copy_(table.reshape(buf.shape).to(buf.dtype))
+    else:
+        raise RuntimeError(f"placeholder weights: no rule to initialise buffer {qualified}")
+
+
+def count_parameters(model) -> tuple[int, int]:
+    """(unique, tie-counted) parameter counts: a tied tensor counts once in the first, once per name in the second."""
+    unique = sum(p.numel() for p in model.parameters())
+    tie_counted = sum(p.numel() for _, p in model.named_parameters(remove_duplicate=False))
+    return unique, tie_counted
+
+
+def check_component_config(kind: str, config: dict, input_name: str, where: Path) -> None:
+    """Refuse a component whose config is another model's (e.g. the FLUX.1 [dev] transformer on the Fill
+    loader, or the FLUX VAE where SD3's is needed)."""
+    spec = COMPONENTS[kind]
+    cls = config.get("_class_name") or (config.get("architectures") or [None])[0]
+    if spec.library == "diffusers" and cls != spec.class_name:
+        raise FillScopeInputError(input_name, f"'{where}' holds a {cls}, not the {spec.title}.", f"select a folder with the {spec.title}.")
+    if kind == "flux_fill_transformer" and config.get("in_channels") != 384:
+        raise FillScopeInputError(
+            input_name,
+            f"'{where}' is a FLUX transformer with in_channels {config.get('in_channels')} (FLUX.1 Fill has 384), "
+            "not the FLUX.1 Fill transformer.",
+            "select the FLUX.1-Fill-dev repository.",
+        )
+    if kind in ("flux_vae", "sd3_vae"):
+        if config.get("latent_channels") != 16:
+            raise FillScopeInputError(
+                input_name, f"'{where}' is a VAE with {config.get('latent_channels')} latent channels; {spec.title} has 16.",
+                "select the repository's vae/ folder.",
+            )
+        want = shipped_config(kind)["scaling_factor"]
+        if abs(config.get("scaling_factor", want) - want) > 1e-6:
+            other = "sd3" if kind == "flux_vae" else "flux"
+            raise FillScopeInputError(
+                input_name,
+                f"'{where}' has latent scaling {config.get('scaling_factor')}, the {other.upper()} VAE's, not the {spec.title}'s ({want}).",
+                f"set the VAE loader's kind to {other}, or select the matching repository.",
+            )
+    if kind == "sd3_controlnet" and config.get("extra_conditioning_channels", 0) != 1:
+        raise FillScopeInputError(
+            input_name,
+            f"'{where}' is an SD3 ControlNet with {config.get('extra_conditioning_channels', 0)} extra conditioning "
+            "channels; the inpainting ControlNet has 1 (the mask).",
+            "select the alimama-creative SD3-Controlnet-Inpainting folder.",
+        )
