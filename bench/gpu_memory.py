@@ -35,7 +35,6 @@ def main() -> int:
 
     from fillscope import masks, placement
     from fillscope.pipelines import flux_fill
-    from fillscope.decode import decode_to_image
     from _benchlib import load_stack
 
     cuda = torch.cuda.is_available()
@@ -56,22 +55,12 @@ def main() -> int:
                "size": args.size, "steps": args.steps, "policies": {}}
 
     def graph(policy):
-        stages = {}
-        t = time.perf_counter()
-        # stage by stage, each under the policy, as the nodes place them
-        with placement.in_use(stack["clip_l"], dev, policy), placement.in_use(stack["t5"], dev, policy):
-            flux_text = flux_fill.encode_prompt(stack["clip_l"], stack["t5"], "a red brick fireplace")
-        sync(); stages["text"] = time.perf_counter() - t; t = time.perf_counter()  # noqa: E702
-        with placement.in_use(stack["vae"], dev, policy):
-            cond = flux_fill.build_fill_condition(stack["vae"], masks.prepare_image_and_mask(image, mask))
-        sync(); stages["condition"] = time.perf_counter() - t; t = time.perf_counter()  # noqa: E702
-        with placement.in_use(stack["transformer"], dev, policy):
-            out = flux_fill.sample_flux_fill(stack["transformer"], flux_text, cond, steps=args.steps)
-        sync(); stages["sampler"] = time.perf_counter() - t; t = time.perf_counter()  # noqa: E702
-        with placement.in_use(stack["vae"], dev, policy):
-            decode_to_image(stack["vae"], out)
-        sync(); stages["decode"] = time.perf_counter() - t  # noqa: E702
-        return stages
+        timings = {}
+        prepared = masks.prepare_image_and_mask(image, mask)
+        flux_fill.run(stack, "a red brick fireplace", prepared, steps=args.steps, timings=timings,
+                      place=placement.placer(dev, policy))  # stage by stage under the policy, as the nodes place them
+        return {"text": timings["encode_prompt"], "condition": timings["build_fill_condition"],
+                "sampler": timings["sample_flux_fill"], "decode": timings["decode_to_image"]}
 
     def measure(policy, label=None):
         # start where the policy leaves components between uses

@@ -1,9 +1,10 @@
-"""How callers watch a pipeline: the `observe(name, tensor)` callback every stage takes (the shape records and the
-trace listen through it) and per-stage wall times."""
+"""How callers watch and steer a pipeline's stages: the `observe(name, tensor)` callback every stage takes (the
+shape records and the trace listen through it), per-stage wall times, and a `place` hook that puts a stage's
+components where they must be while it runs (a memory policy)."""
 
 import sys
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 
 def observer_or_noop(observe):
@@ -31,3 +32,11 @@ def _sync_cuda() -> None:
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_initialized():
         torch.cuda.synchronize()
+
+
+@contextmanager
+def stage(name: str, components: list, *, timings: dict | None = None, place=None):
+    """One stage of a pipeline's run: `place(components)` (a context manager, e.g. placement.placer's) around
+    it, and its wall time, placement included, added to timings[name]."""
+    with timed(timings, name), (place(components) if place is not None else nullcontext()):
+        yield

@@ -24,7 +24,7 @@ from __future__ import annotations
 import itertools
 import os
 import weakref
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 
 from .errors import FillScopeInputError
@@ -392,3 +392,17 @@ def in_use(comp, compute_device, policy: str = "auto", offload_device="cpu"):
         RESIDENCY.release([comp])
         if policy == "offload":
             send_back(comp, offload_device)
+
+
+def placer(compute_device, policy: str = "auto", offload_device="cpu"):
+    """A `place` hook for a pipeline's run (fillscope/observe.py stage): each stage's components placed under
+    `policy` for that stage only, as the nodes place them one node at a time."""
+
+    @contextmanager
+    def place(components):
+        with ExitStack() as stack:
+            for comp in components:
+                stack.enter_context(in_use(comp, compute_device, policy, offload_device))
+            yield
+
+    return place

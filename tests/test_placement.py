@@ -23,13 +23,9 @@ def stack(tmp_path_factory):
 def run(stack, policy):
     image, mask = masks.synthetic_image_and_mask(64, 48, 0.5)
     # stage by stage, each under the policy, as the nodes place them
-    with placement.in_use(stack["clip_l"], "cpu", policy), placement.in_use(stack["t5"], "cpu", policy):
-        flux_text = flux_fill.encode_prompt(stack["clip_l"], stack["t5"], "a cat")
-    with placement.in_use(stack["vae"], "cpu", policy):
-        cond = flux_fill.build_fill_condition(stack["vae"], masks.prepare_image_and_mask(image, mask))
-    with placement.in_use(stack["transformer"], "cpu", policy):
-        out = flux_fill.sample_flux_fill(stack["transformer"], flux_text, cond, steps=2)
-    return out.latents
+    done = flux_fill.run(stack, "a cat", masks.prepare_image_and_mask(image, mask), steps=2,
+                         place=placement.placer("cpu", policy))
+    return done.latent.latents
 
 
 def test_every_policy_gives_the_same_latents(stack):

@@ -27,7 +27,7 @@ from ..condition import ConditionSource
 from ..decode import SampledLatent, decode_to_image
 from ..errors import FillScopeInputError
 from ..masks import PreparedInput
-from ..observe import observer_or_noop, timed
+from ..observe import observer_or_noop, stage
 from ..sampling import (
     check_steps_and_denoise,
     euler_step,
@@ -232,18 +232,20 @@ class FluxFillResult:
 
 def run(stack: dict[str, Component], prompt: str, prepared: PreparedInput, *, steps: int = 28,
         guidance: float = 30.0, seed: int = 0, denoise: float = 1.0, callback=None, noise=None,
-        observe=None, timings: dict | None = None) -> FluxFillResult:
+        observe=None, timings: dict | None = None, place=None) -> FluxFillResult:
     """The whole pipeline on a stack named as COMPONENTS (steps 1-4 above, in order). `timings`, when a dict,
-    receives each step's wall time under its function's name."""
-    with timed(timings, "encode_prompt"):
-        flux_text = encode_prompt(stack["clip_l"], stack["t5"], prompt, observe=observe)  # 1
-    with timed(timings, "build_fill_condition"):
-        condition = build_fill_condition(stack["vae"], prepared, observe=observe)  # 2
-    with timed(timings, "sample_flux_fill"):
-        latent = sample_flux_fill(stack["transformer"], flux_text, condition, steps=steps, guidance=guidance,
-                                  seed=seed, denoise=denoise, callback=callback, noise=noise, observe=observe)  # 3
-    with timed(timings, "decode_to_image"):
-        image = decode_to_image(stack["vae"], latent, observe=observe)  # 4
+    receives each step's wall time under its function's name; `place(components)`, when given, is a context
+    manager around each step that puts that step's components where they run (placement.placer)."""
+    clip_l, t5, transformer, vae = (stack[name] for name in COMPONENTS)
+    with stage("encode_prompt", [clip_l, t5], timings=timings, place=place):
+        flux_text = encode_prompt(clip_l, t5, prompt, observe=observe)  # 1
+    with stage("build_fill_condition", [vae], timings=timings, place=place):
+        condition = build_fill_condition(vae, prepared, observe=observe)  # 2
+    with stage("sample_flux_fill", [transformer], timings=timings, place=place):
+        latent = sample_flux_fill(transformer, flux_text, condition, steps=steps, guidance=guidance, seed=seed,
+                                  denoise=denoise, callback=callback, noise=noise, observe=observe)  # 3
+    with stage("decode_to_image", [vae], timings=timings, place=place):
+        image = decode_to_image(vae, latent, observe=observe)  # 4
     return FluxFillResult(flux_text, condition, latent, image)
 
 

@@ -31,7 +31,7 @@ from ..condition import ConditionSource
 from ..decode import SampledLatent, decode_to_image
 from ..errors import FillScopeInputError
 from ..masks import PreparedInput
-from ..observe import observer_or_noop, timed
+from ..observe import observer_or_noop, stage
 from ..sampling import (
     check_steps_and_denoise,
     euler_step,
@@ -285,24 +285,24 @@ def run(stack: dict[str, Component], prompt: str, prepared: PreparedInput, *, ne
         steps: int = 28, cfg: float = 7.0, control_scale: float = 0.95, control_start: float = 0.0,
         control_end: float = 1.0, shift: float | None = None, seed: int = 0, denoise: float = 1.0,
         residual_mapping: str = "one_to_one", callback=None, noise=None, observe=None,
-        timings: dict | None = None) -> SD3ControlNetResult:
+        timings: dict | None = None, place=None) -> SD3ControlNetResult:
     """The whole pipeline on a stack named as COMPONENTS (steps 1-4 above, in order). The negative prompt is
     encoded only when CFG is on; `observe` sees the positive prompt's text tensors. `timings`, when a dict,
-    receives each step's wall time under its function's name."""
-    encoders = stack["clip_l"], stack["clip_g"], stack["t5"]
-    with timed(timings, "encode_prompt"):
-        positive = encode_prompt(*encoders, prompt, observe=observe)  # 1
-        negative = encode_prompt(*encoders, negative_prompt) if cfg > 1.0 else None
-    with timed(timings, "build_inpaint_condition"):
-        condition = build_inpaint_condition(stack["vae"], prepared, observe=observe)  # 2
-    with timed(timings, "sample_sd3_controlnet_inpaint"):
+    receives each step's wall time under its function's name; `place(components)`, when given, is a context
+    manager around each step that puts that step's components where they run (placement.placer)."""
+    clip_l, clip_g, t5, transformer, controlnet, vae = (stack[name] for name in COMPONENTS)
+    with stage("encode_prompt", [clip_l, clip_g, t5], timings=timings, place=place):
+        positive = encode_prompt(clip_l, clip_g, t5, prompt, observe=observe)  # 1
+        negative = encode_prompt(clip_l, clip_g, t5, negative_prompt) if cfg > 1.0 else None
+    with stage("build_inpaint_condition", [vae], timings=timings, place=place):
+        condition = build_inpaint_condition(vae, prepared, observe=observe)  # 2
+    with stage("sample_sd3_controlnet_inpaint", [transformer, controlnet], timings=timings, place=place):
         latent = sample_sd3_controlnet_inpaint(  # 3
-            stack["transformer"], stack["controlnet"], positive, negative, condition, steps=steps, cfg=cfg,
-            control_scale=control_scale, control_start=control_start, control_end=control_end, shift=shift,
-            seed=seed, denoise=denoise, residual_mapping=residual_mapping, callback=callback, noise=noise,
-            observe=observe)
-    with timed(timings, "decode_to_image"):
-        image = decode_to_image(stack["vae"], latent, observe=observe)  # 4
+            transformer, controlnet, positive, negative, condition, steps=steps, cfg=cfg, control_scale=control_scale,
+            control_start=control_start, control_end=control_end, shift=shift, seed=seed, denoise=denoise,
+            residual_mapping=residual_mapping, callback=callback, noise=noise, observe=observe)
+    with stage("decode_to_image", [vae], timings=timings, place=place):
+        image = decode_to_image(vae, latent, observe=observe)  # 4
     return SD3ControlNetResult(positive, negative, condition, latent, image)
 
 
