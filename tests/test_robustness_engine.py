@@ -222,3 +222,11 @@ def test_sd3_batch_noise_and_diffusers_num_images_per_prompt(sd3, sd3_folders):
                    max_sequence_length=256).images
     assert ref.shape[0] == 2
     assert rel_err(ours, ref) < 1e-4
+
+
+def test_flux_condition_refuses_the_sd3_vae_before_encoding():
+    """Both VAEs have 16 latent channels: the kind is what tells them apart, before any encode or sampling."""
+    image, mask = image_and_mask(1)
+    with pytest.raises(FillScopeInputError) as e:
+        flux_fill.build_fill_condition(vae.load_vae("meta", kind="sd3"), masks.prepare_image_and_mask(image, mask))
+    assert e.value.input_name == "vae" and "SD3 VAE" in e.value.problem and "kind to flux" in e.value.fix
