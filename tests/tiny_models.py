@@ -396,3 +396,18 @@ def first_randn(seed: int, shape: tuple[int, ...]) -> torch.Tensor:
     """``randn(shape)`` in float32 on the CPU: the first draw of ``torch.Generator('cpu').manual_seed(seed)``."""
     g = torch.Generator("cpu").manual_seed(int(seed))
     return torch.randn(shape, generator=g, dtype=torch.float32)
+
+
+def run_offline(code: str) -> str:
+    """Run `code` in a fresh interpreter with every hub access switched off (and an endpoint that refuses):
+    what loading a tiny folder must survive. Fails the test on a non-zero exit; returns stdout."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
+               HF_ENDPOINT="http://127.0.0.1:9")
+    res = subprocess.run([sys.executable, "-c", code], check=False, env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return res.stdout
