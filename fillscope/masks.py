@@ -48,9 +48,11 @@ class PreparedInput:
     source: object  # [B,H,W,3] float 0..1, the untouched input (RGB) for paste-back
     paste_mask: object  # [B,H,W,1] in [0,1]: grown mask, feathered inward only, at the input size
     geometry: Geometry
-    coverage: float  # fraction of grid pixels to repaint
+    coverage: float  # fraction of the input's pixels repainted (soft values weighted); 0 exactly when the grid has none
     notes: list = field(default_factory=list)
     warnings: list = field(default_factory=list)
+    repaint_pixels: int = 0  # input pixels (over the batch) paste-back takes from the model: paste_mask > 0
+    kept_pixels: int = 0  # input pixels (over the batch) returned as the exact source values: paste_mask == 0
 
 
 def _as_rgb(image, notes):
@@ -131,16 +133,34 @@ def prepare_image_and_mask(
     size_mode: str = "pad",
     multiple: int = 16,
 ) -> PreparedInput:
+    import math
+
+    import torch
     import torch.nn.functional as F
 
     if size_mode not in SIZE_MODES:
         raise FillScopeInputError("size_mode", f"unknown mode {size_mode!r}.", f"use one of {', '.join(SIZE_MODES)}.")
+    # NaN anywhere here would not fail: a NaN threshold or mask binarises to an empty mask (the source comes back
+    # unchanged), a NaN soft mask or image reaches the VAE and is blamed on its weights
+    if not (math.isfinite(threshold) and 0.0 <= threshold <= 1.0):
+        raise FillScopeInputError("threshold", f"is {threshold!r}; it must be a number from 0 to 1.",
+                                  "set threshold from 0 to 1 (0.5 binarises as diffusers does; 0 keeps a soft mask).")
+    for name, t in (("image", image), ("mask", mask)):
+        if isinstance(t, torch.Tensor) and t.device.type != "meta" and t.is_floating_point():
+            finite = torch.isfinite(t)
+            if not bool(finite.all()):
+                raise FillScopeInputError(
+                    name, f"holds {int(finite.numel() - finite.sum()):,} NaN/inf values of {t.numel():,}; every value "
+                          "must be a finite number from 0 to 1.",
+                    f"check what computes the {name} (a NaN or infinite value upstream, a division by zero).")
     notes: list[str] = []
     warnings: list[str] = []
     rgb = _as_rgb(image, notes)
     b, h, w, _ = rgb.shape
     if h < multiple or w < multiple:
-        raise FillScopeInputError("image", f"is {w}x{h}; the smallest size is {multiple}x{multiple}.", "use a larger image.")
+        raise FillScopeInputError(
+            "image", f"is {w}x{h}; the smallest size is {multiple}x{multiple} (the VAE's 8x downscale, then 2x2 "
+            f"patches: one token is {multiple}x{multiple} px).", "use a larger image, or scale it up.")
     m = _as_mask(mask, rgb.shape).to(rgb.device)
     if invert:
         m = 1.0 - m
@@ -169,6 +189,18 @@ def prepare_image_and_mask(
         geometry = Geometry(h, w, gh, gw, "crop", top, left)
         grid_img = chw[:, :, top : top + gh, left : left + gw]
         grid_mask = m[:, :, top : top + gh, left : left + gw]
+        # the cropped-off border never reaches the model: its pixels stay source pixels, so the paste mask (and
+        # every count below) is zero there, whatever the mask says
+        inside = torch.zeros_like(m)
+        inside[:, :, top : top + gh, left : left + gw] = 1.0
+        outside = int(((m > 0) & (inside == 0)).sum())
+        if outside:
+            sides = ", ".join(f"{n} px {side}" for n, side in ((top, "top"), (h - gh - top, "bottom"),
+                                                               (left, "left"), (w - gw - left, "right")) if n)
+            warnings.append(
+                f"mask reaches the border size_mode crop cuts off ({sides}): {outside:,} repaint pixels fall outside "
+                f"the {gw}x{gh} crop and stay source pixels; set size_mode to pad to repaint them")
+        m, paste = m * inside, paste * inside
     else:
         gh, gw = -(-h // multiple) * multiple, -(-w // multiple) * multiple
         geometry = Geometry(h, w, gh, gw, "pad")
@@ -176,11 +208,22 @@ def prepare_image_and_mask(
         grid_mask = F.pad(m, (0, gw - w, 0, gh - h), value=0.0)
     notes.append(geometry.describe())
 
-    coverage = float(grid_mask.mean())
-    if coverage == 0.0:
-        warnings.append("mask is empty: nothing to repaint; the source image is returned unchanged")
-    elif coverage == 1.0:
+    coverage = float(m.mean())  # at the input size: the pad's border is not the user's, the crop's is kept
+    repaint = int((paste > 0).sum())
+    kept = paste.numel() - repaint
+    batch = f" (over the batch of {b})" if b > 1 else ""
+    notes.append(f"repaints {repaint:,} px and keeps {kept:,} px as exact source values{batch}")
+    if repaint == 0:
+        if geometry.mode == "crop" and outside:
+            warnings.append(f"nothing to repaint inside the {gw}x{gh} crop (the mask lies in the cropped-off border): "
+                            "the source image is returned unchanged")
+        else:
+            warnings.append("mask is empty: nothing to repaint; the source image is returned unchanged")
+    elif kept == 0:
         warnings.append("mask covers the whole image: nothing is kept from the source (plain text-to-image)")
+    elif geometry.mode == "crop" and float(grid_mask.min()) == 1.0:
+        warnings.append(f"mask covers the whole {gw}x{gh} crop: nothing inside it is kept from the source; only the "
+                        f"{kept:,} pixels of the cropped-off border stay source pixels")
     return PreparedInput(
         image=(grid_img * 2.0 - 1.0).contiguous(),
         mask=grid_mask.contiguous(),
@@ -190,6 +233,8 @@ def prepare_image_and_mask(
         coverage=coverage,
         notes=notes,
         warnings=warnings,
+        repaint_pixels=repaint,
+        kept_pixels=kept,
     )
 
 

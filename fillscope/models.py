@@ -141,6 +141,106 @@ def fill_buffer(module, name: str, buf, qualified: str, device) -> None:
         raise RuntimeError(f"placeholder weights: no rule to initialise buffer {qualified}")
 
 
+# What a placeholder build may take: its tensors' bytes at most this share of the memory available, so the
+# build never ends in an allocator error or the kernel's out-of-memory kill. Tests inject the available figure.
+MEMORY_MARGIN = 0.9
+AVAILABLE_RAM_ENV = "FILLSCOPE_AVAILABLE_RAM_BYTES"
+AVAILABLE_VRAM_ENV = "FILLSCOPE_AVAILABLE_VRAM_BYTES"
+
+
+def weight_bytes(model) -> int:
+    """Bytes of a model's parameters and buffers, each tensor once (ties counted once): numel x element size of
+    each tensor's own dtype, so a meta build gives what it will take once materialised."""
+    seen, total = set(), 0
+    for t in list(model.parameters()) + list(model.buffers()):
+        if id(t) not in seen:
+            seen.add(id(t))
+            total += t.numel() * t.element_size()
+    return total
+
+
+def _injected(env: str) -> int | None:
+    import os
+
+    value = os.environ.get(env, "").strip()
+    if not value:
+        return None
+    try:
+        return max(0, int(float(value)))
+    except ValueError:
+        return None
+
+
+def available_memory(device) -> tuple[int | None, str]:
+    """(bytes available for new tensors on `device`, what that memory is called); None when unknown. CPU:
+    MemAvailable of /proc/meminfo, else os.sysconf; CUDA: the card's free memory plus what PyTorch's caching
+    allocator holds unused. FILLSCOPE_AVAILABLE_RAM_BYTES / FILLSCOPE_AVAILABLE_VRAM_BYTES override both."""
+    import os
+
+    dev = str(device)
+    if dev.startswith("cuda"):
+        injected = _injected(AVAILABLE_VRAM_ENV)
+        if injected is not None:
+            return injected, "GPU memory"
+        import torch
+
+        index = torch.device(dev).index
+        index = torch.cuda.current_device() if index is None else index
+        free, _ = torch.cuda.mem_get_info(index)
+        cached = torch.cuda.memory_reserved(index) - torch.cuda.memory_allocated(index)
+        return free + max(0, cached), f"GPU memory (cuda:{index})"
+    if dev == "meta":
+        return None, "no memory"
+    injected = _injected(AVAILABLE_RAM_ENV)
+    if injected is not None:
+        return injected, "CPU memory (RAM)"
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024, "CPU memory (RAM)"
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"), "CPU memory (RAM)"
+    except (AttributeError, ValueError, OSError):
+        return None, "CPU memory (RAM)"
+
+
+def check_room_for(model, device, input_name: str, what: str, dtype_name: str | None = None) -> None:
+    """Refuse to materialise `model` (built on meta) on `device` when its tensors would take more than
+    MEMORY_MARGIN of the memory available there, with both figures and the fix."""
+    available, where = available_memory(device)
+    if available is None:
+        return
+    need = weight_bytes(model)
+    if need <= MEMORY_MARGIN * available:
+        return
+    gib = 2**30
+    smaller = (" or a smaller dtype (bf16 or fp16 halve fp32's memory)" if dtype_name == "fp32" else "")
+    raise FillScopeInputError(
+        input_name,
+        f"a placeholder {what}{f' in {dtype_name}' if dtype_name else ''} needs {need / gib:.2f} GiB of {where}, but only "
+        f"{available / gib:.2f} GiB is available (FillScope keeps {1 - MEMORY_MARGIN:.0%} free), so it was not built.",
+        f"choose 'meta' (the full topology with shapes only, no memory){smaller}, or free memory "
+        "(close other programs, unload other models).",
+    )
+
+
+SHOWN_KEYS = 5  # how many tensor names an error shows
+
+
+def key_list(keys, sep: str = ", ") -> str:
+    """The first SHOWN_KEYS of `keys` (sorted) for an error message, and how many more there are."""
+    keys = sorted(keys)
+    more = f"{sep}... ({len(keys) - SHOWN_KEYS} more)" if len(keys) > SHOWN_KEYS else ""
+    return sep.join(keys[:SHOWN_KEYS]) + more
+
+
+def n_tensors(count: int) -> str:
+    return f"{count:,} tensor" + ("" if count == 1 else "s")
+
+
 def count_parameters(model) -> tuple[int, int]:
     """(unique, tie-counted) parameter counts: a tied tensor counts once in the first, once per name in the second."""
     unique = sum(p.numel() for p in model.parameters())

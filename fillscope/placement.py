@@ -28,6 +28,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 
 from .errors import FillScopeInputError
+from .models import weight_bytes
 
 POLICIES = ("auto", "keep", "offload", "sequential")
 
@@ -37,16 +38,6 @@ def resolve_policy(policy: str) -> str:
     if policy not in POLICIES:
         raise FillScopeInputError("memory", f"unknown policy {policy!r}.", f"use one of {', '.join(POLICIES)}.")
     return policy
-
-
-def weight_bytes(model) -> int:
-    """Bytes of a model's parameters and buffers (each storage once)."""
-    seen, total = set(), 0
-    for t in list(model.parameters()) + list(model.buffers()):
-        if id(t) not in seen:
-            seen.add(id(t))
-            total += t.numel() * t.element_size()
-    return total
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -88,6 +88,64 @@ def shipped_config(kind: str, variant: str | None = None) -> dict:
     return {k: v for k, v in raw.items() if not k.startswith("_")}
 
 
+def shipped_variant(kind: str, config) -> str | None:
+    """The shipped variant whose topology `config` (a dict or a diffusers FrozenDict) has, or None (a config of
+    its own, e.g. a tiny test model)."""
+    keys = ("num_layers", "num_attention_heads", "attention_head_dim", "patch_size", "pos_embed_max_size",
+            "joint_attention_dim", "caption_projection_dim", "in_channels")
+    for variant in COMPONENTS[kind].variants:
+        shipped = shipped_config(kind, variant)
+        if all(config.get(k) == shipped.get(k) for k in keys if k in shipped):
+            return variant
+    return None
+
+
+# --- the sizes a family takes --------------------------------------------------------------------------------
+
+# Every family: the VAE's 8x downscale, then 2x2 patches (tokens) on the latent grid: image sides are multiples of
+# 16 px, and 16 px (one patch) is the smallest side.
+MIN_SIDE = 16
+
+
+@dataclass(frozen=True)
+class SideLimit:
+    """The largest image side a learned position-embedding grid allows: pos_embed_max_size patches a side x the
+    patch size x the VAE's downscale, in pixels (diffusers' PatchEmbed refuses more patches than that)."""
+
+    pixels: int
+    pos_embed_max_size: int
+    patch_size: int
+    vae_scale: int
+    model: str  # what sets it, e.g. "sd3-medium"
+
+    def explain(self) -> str:
+        return (f"{self.pixels}x{self.pixels} px for {self.model}: pos_embed_max_size {self.pos_embed_max_size} "
+                f"x patch {self.patch_size} x {self.vae_scale}")
+
+
+def pos_embed_side_limit(config, model: str, vae_scale: int = 8) -> SideLimit | None:
+    """The side limit of an SD3-style PatchEmbed built from `config`, or None where it has none (no position
+    embedding, or one interpolated to any size: pos_embed_max_size unset)."""
+    size = config.get("pos_embed_max_size")
+    if not size or not config.get("use_pos_embed", True) or config.get("pos_embed_type", "sincos") is None:
+        return None
+    patch = int(config.get("patch_size") or 1)
+    return SideLimit(int(size) * patch * vae_scale, int(size), patch, vae_scale, model)
+
+
+def sd3_side_limit() -> SideLimit:
+    """The SD3 family's limit known before any weights load: the smallest over every shipped SD3 transformer
+    variant and the inpainting ControlNet (which runs with every variant), naming the models that set it."""
+    limits = [pos_embed_side_limit(shipped_config("sd3_transformer", v), v) for v in COMPONENTS["sd3_transformer"].variants]
+    limits.append(pos_embed_side_limit(shipped_config("sd3_controlnet"), "the SD3 inpainting ControlNet"))
+    limits = [limit for limit in limits if limit is not None]
+    least = min(limit.pixels for limit in limits)
+    names = [limit.model for limit in limits if limit.pixels == least]
+    first = next(limit for limit in limits if limit.pixels == least)
+    model = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+    return SideLimit(first.pixels, first.pos_embed_max_size, first.patch_size, first.vae_scale, model)
+
+
 def scheduler_config(name: str) -> dict:
     raw = json.loads(_read_config(f"{name}_scheduler.json"))
     return {k: v for k, v in raw.items() if not k.startswith("_")}

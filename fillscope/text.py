@@ -88,6 +88,11 @@ class ClipOutput:
     text_embeds: object | None  # [B, projection] projected pooled (SD3's pooled input); None without a projection
     input_ids: object  # [B, 77] on CPU
     encoder: str = "clip_l"
+    given_tokens: int = 0  # tokens the prompt makes (start and end tokens included) before truncation to 77
+
+    @property
+    def truncated(self) -> bool:
+        return self.given_tokens > CLIP_MAX_LENGTH
 
 
 def tokenize(tokenizer, prompt: str, max_length: int):
@@ -95,6 +100,11 @@ def tokenize(tokenizer, prompt: str, max_length: int):
     return tokenizer(
         prompt, padding="max_length", max_length=max_length, truncation=True, return_tensors="pt"
     ).input_ids
+
+
+def count_tokens(tokenizer, prompt: str) -> int:
+    """Tokens `prompt` makes, start/end tokens included, without truncation (to report what truncation drops)."""
+    return len(tokenizer(prompt, truncation=False, verbose=False).input_ids)
 
 
 def encode_clip(comp: Component, prompt: str, project: bool = True) -> ClipOutput:
@@ -114,6 +124,7 @@ def encode_clip(comp: Component, prompt: str, project: bool = True) -> ClipOutpu
         text_embeds=embeds,
         input_ids=ids,
         encoder=comp.kind,
+        given_tokens=count_tokens(comp.tokenizer, prompt),
     )
 
 

@@ -15,13 +15,15 @@ Models are built by models.py (topology on meta, placeholder values, config chec
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .checkpoints import is_single_file, load_single_file
 from .errors import FillScopeInputError
 from .models import (  # noqa: F401  (DTYPES, count_parameters, fill_placeholder: re-exported for callers)
-    DTYPES, build_on_meta, check_component_config, count_parameters, fill_placeholder, model_class, torch_dtype,
+    DTYPES, build_on_meta, check_component_config, check_room_for, count_parameters, fill_placeholder, key_list,
+    model_class, n_tensors, torch_dtype,
 )
 from .specs import COMPONENTS, PIPELINE_LAYOUTS, shipped_config
 
@@ -89,13 +91,40 @@ def _dtype_kwarg() -> str:
         return "torch_dtype"
 
 
-def _pipeline_name(folder: Path) -> str | None:
+def read_json_file(path: Path, input_name: str) -> dict:
+    """A repository's JSON file (config.json, model_index.json) as a dict; a damaged one is refused naming the
+    file and where the JSON breaks (line and column)."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise FillScopeInputError(
+            input_name,
+            f"'{path}' is not valid JSON ({e.msg} at line {e.lineno}, column {e.colno}).",
+            f"the file is damaged or was edited by hand: restore {Path(path).name} from the model's repository "
+            "(download it again).",
+        ) from None
+    except UnicodeDecodeError as e:
+        raise FillScopeInputError(
+            input_name, f"'{path}' is not a text file (byte {e.start} is not UTF-8), so it is not a JSON config.",
+            f"restore {Path(path).name} from the model's repository (download it again).",
+        ) from None
+    except OSError as e:
+        raise FillScopeInputError(
+            input_name, f"'{path}' could not be read ({type(e).__name__}: {e.strerror or e}).",
+            "check the file's permissions, or download it again.",
+        ) from None
+    if not isinstance(data, dict):
+        raise FillScopeInputError(
+            input_name, f"'{path}' holds a JSON {type(data).__name__}, not the object a {Path(path).name} holds.",
+            f"restore {Path(path).name} from the model's repository (download it again).",
+        )
+    return data
+
+
+def _pipeline_name(folder: Path, input_name: str) -> str | None:
     index = folder / "model_index.json"
     if index.is_file():
-        try:
-            return json.loads(index.read_text()).get("_class_name")
-        except (OSError, json.JSONDecodeError):
-            return None
+        return read_json_file(index, input_name).get("_class_name")
     return None
 
 
@@ -116,7 +145,7 @@ def locate_component(kind: str, folder: Path, input_name: str) -> tuple[Path, Pa
             f"put a repository that has the {spec.title} ({_repositories_with(kind) or 'its own repository'}, "
             "diffusers format) there, or choose its single .safetensors file, or 'placeholder' or 'meta'.",
         )
-    pipeline = _pipeline_name(folder)
+    pipeline = _pipeline_name(folder, input_name)
     if pipeline is not None:
         layout = PIPELINE_LAYOUTS.get(pipeline, {})
         if kind not in layout:
@@ -169,9 +198,51 @@ def _safetensors_shape(sub: Path, key: str):
     return None
 
 
+# Tensors a folder may lack or hold beyond what its config builds, whatever the config: constructor-computed
+# buffers (position ids, SD3's sin-cos position table), T5's decoder and LM head (a full T5 saved as the encoder),
+# CLIP's projection under a CLIPTextModel config (FLUX uses the pooled output without it). Tied copies (T5's
+# encoder.embed_tokens = shared) are not reported missing by transformers in the first place.
+ABSENT_OK = re.compile(r"(^|\.)position_ids$|(^|\.)pos_embed\.pos_embed$")
+EXTRA_OK = re.compile(r"(^|\.)position_ids$|^(decoder|lm_head)\.|^text_projection\.weight$")
+
+def _weight_files(sub: Path) -> str:
+    names = sorted(p.name for p in sub.glob("*.safetensors"))
+    return ", ".join(f"'{n}'" for n in names[:2]) + (f" and {len(names) - 2} more" if len(names) > 2 else "")
+
+
+def check_loading_info(kind: str, sub: Path, info: dict, input_name: str) -> None:
+    """Refuse a folder whose config.json and weights disagree (diffusers/transformers `output_loading_info`):
+    tensors the config builds that the files lack (they would be filled with fresh random values), tensors the
+    files hold that the config has no place for (silently dropped), tensors of another shape. The config is the
+    one blamed: the files' tensors are what was trained."""
+    missing = [k for k in info.get("missing_keys") or [] if not ABSENT_OK.search(k)]
+    unexpected = [k for k in info.get("unexpected_keys") or [] if not EXTRA_OK.search(k)]
+    mismatched = list(info.get("mismatched_keys") or [])
+    if not (missing or unexpected or mismatched):
+        return
+    what = []
+    if missing:
+        what.append(f"the config builds {n_tensors(len(missing))} the weights do not hold ({key_list(missing)})")
+    if unexpected:
+        what.append(f"the weights hold {n_tensors(len(unexpected))} the config has no place for ({key_list(unexpected)})")
+    if mismatched:
+        shown = [f"{m[0]}: weights {list(m[1])}, config {list(m[2])}" if isinstance(m, (tuple, list)) and len(m) == 3
+                 else str(m[0] if isinstance(m, (tuple, list)) else m) for m in mismatched]
+        what.append(f"the shapes of {n_tensors(len(mismatched))} differ between the weights and the config "
+                    f"({key_list(shown, sep='; ')})")
+    raise FillScopeInputError(
+        input_name,
+        f"'{sub / 'config.json'}' does not match the weights in {_weight_files(sub)} ({COMPONENTS[kind].title}): "
+        + "; ".join(what) + ".",
+        "the config.json does not match these weights: use the config that came with them, or download the "
+        "repository again (its config.json and .safetensors files together).",
+    )
+
+
 def load_from_folder(kind: str, sub: Path, dtype: str, device: str, input_name: str):
-    """(model, config) of a component folder, loaded offline from safetensors."""
-    config = json.loads((sub / "config.json").read_text())
+    """(model, config) of a component folder, loaded offline from safetensors. The config must match the weights:
+    every tensor the config builds is in the files and every tensor in the files is used (check_loading_info)."""
+    config = read_json_file(sub / "config.json", input_name)
     overrides = {}
     if kind == "sd3_controlnet":
         # the extra conditioning channels (the mask) are what the weights say, whatever the config claims
@@ -182,19 +253,24 @@ def load_from_folder(kind: str, sub: Path, dtype: str, device: str, input_name: 
     check_component_config(kind, config, input_name, sub)
     spec = COMPONENTS[kind]
     td = torch_dtype(dtype)
+    # output_loading_info: what the library did not fill or did not use; ignore_mismatched_sizes: shape
+    # mismatches are reported there too (instead of an error that blames nobody), and refused below
+    checked = {"local_files_only": True, "use_safetensors": True, "output_loading_info": True,
+               "ignore_mismatched_sizes": True}
     try:
         if spec.library == "diffusers":
             cls = model_class(kind, config.get("_class_name"))
-            model = cls.from_pretrained(sub, local_files_only=True, use_safetensors=True, **{_dtype_kwarg(): td}, **overrides)
+            model, info = cls.from_pretrained(sub, **checked, **{_dtype_kwarg(): td}, **overrides)
         else:
             arch = (config.get("architectures") or [spec.class_name])[0]
             cls = model_class(kind, arch)
-            model = cls.from_pretrained(sub, dtype=td, local_files_only=True, use_safetensors=True)
+            model, info = cls.from_pretrained(sub, dtype=td, **checked)
     except Exception as e:
         # safetensors raises its own SafetensorError (no common base with OSError): matched by name
         if not isinstance(e, (OSError, ValueError, RuntimeError)) and type(e).__name__ != "SafetensorError":
             raise
         raise _unreadable(input_name, sub, e) from e
+    check_loading_info(kind, sub, info, input_name)
     if spec.library == "diffusers":
         _match_dtypes(model, build_on_meta(kind, config, dtype=td, class_name=type(model).__name__))
     return model.to(device).eval().requires_grad_(False), config
@@ -245,6 +321,7 @@ def load_component(
         model = build_on_meta(kind, config, dtype=td)
         if source_str == META:
             return Component(kind, model, META, "meta (full topology, no storage)", "meta", dtype, config)
+        check_room_for(model, dev, input_name, spec.title, dtype)  # before any allocation: both figures, the fix
         fill_placeholder(model, seed, dev)
         return Component(kind, model, PLACEHOLDER, f"placeholder (deterministic, seed={seed})", dev, dtype, config)
     if is_single_file(source_str):

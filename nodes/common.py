@@ -8,6 +8,7 @@ from pathlib import Path
 from comfy_api.latest import io
 
 from ..fillscope.checkpoints import PICKLE_SUFFIXES, WEIGHT_SUFFIXES, sniff
+from ..fillscope.errors import FillScopeInputError
 from ..fillscope.masks import prepare_image_and_mask
 from ..fillscope.weights import META, PLACEHOLDER
 
@@ -41,19 +42,80 @@ def shapes_output():
     return io.String.Output("shapes", display_name="shapes", tooltip="JSON shape record (schema fillscope.shapes/1)")
 
 
+# Walks over model folders (the diffusers menu, fingerprints) follow links (weights kept on another disk are the
+# user's choice), enter each real directory once (links that loop, e.g. two links to "." in one folder, end
+# there) and stop after WALK_MAX_ENTRIES directory entries or WALK_MAX_DEPTH levels.
+WALK_MAX_DEPTH = 8
+WALK_MAX_ENTRIES = 20_000
+FINGERPRINT_MAX_ENTRIES = 10_000
+
+
+def bounded_walk(top: str, prune=None, max_depth: int = WALK_MAX_DEPTH, max_entries: int = WALK_MAX_ENTRIES):
+    """([(directory, its sub-directory names, its file names)], complete) under `top`, breadth-first in name
+    order, links followed, each real directory (device, inode) entered once; `prune(directory, files)` true
+    stops the descent there. complete is False when the depth or entry cap cut the walk short."""
+    import collections
+
+    out, seen, entries, complete = [], set(), 0, True
+    queue = collections.deque([(top, 0)])
+    while queue:
+        root, depth = queue.popleft()
+        try:
+            st = os.stat(root)
+            if (st.st_dev, st.st_ino) in seen:
+                continue
+            seen.add((st.st_dev, st.st_ino))
+            with os.scandir(root) as it:
+                items = sorted(it, key=lambda e: e.name)
+        except OSError:  # vanished, unreadable, a dangling link or one that loops on itself
+            continue
+        if entries + len(items) > max_entries:
+            items, complete = items[: max(0, max_entries - entries)], False
+        entries += len(items)
+        dirs, files = [], []
+        for e in items:
+            try:
+                if e.is_dir():  # follows links
+                    dirs.append(e.name)
+                elif e.is_file():
+                    files.append(e.name)
+            except OSError:
+                continue
+        out.append((root, dirs, files))
+        if not complete:
+            break
+        if prune is not None and prune(root, files):
+            continue
+        if depth >= max_depth:
+            complete = complete and not dirs
+            continue
+        queue.extend((os.path.join(root, d), depth + 1) for d in dirs)
+    return out, complete
+
+
+def _is_model_folder(root: str, files) -> bool:
+    return "model_index.json" in files or ("config.json" in files and any(f.endswith(".safetensors") for f in files))
+
+
 def diffusers_folders() -> list[str]:
     """Diffusers-format repositories under ComfyUI's models/diffusers paths: pipeline folders (model_index.json)
-    and single-model folders (config.json + safetensors, e.g. the alimama ControlNet)."""
+    and single-model folders (config.json + safetensors, e.g. the alimama ControlNet). Linked folders are listed;
+    the walk never loops and is bounded (bounded_walk); only entries validate_source accepts are offered."""
+    import logging
+
     import folder_paths
 
     found = []
     for base in folder_paths.get_folder_paths("diffusers"):
         if os.path.isdir(base):
-            for root, dirs, files in os.walk(base, followlinks=True):
-                if "model_index.json" in files or ("config.json" in files and any(f.endswith(".safetensors") for f in files)):
-                    found.append(os.path.relpath(root, base))
-                    dirs[:] = []
-    return sorted(set(found))
+            walked, complete = bounded_walk(base, prune=_is_model_folder)
+            if not complete:
+                logging.warning(f"[FillScope] models/diffusers folder '{base}' holds more than {WALK_MAX_ENTRIES:,} "
+                                f"entries or folders nested deeper than {WALK_MAX_DEPTH}: the menu lists the model "
+                                "folders found before that.")
+            found += [os.path.relpath(root, base).replace(os.sep, "/") for root, _, files in walked
+                      if _is_model_folder(root, files)]
+    return sorted(n for n in set(found) if _split_file_source(n) is None and validate_source(n) is True)
 
 
 # Single files: listed as "<ComfyUI folder>/<file>" (e.g. "text_encoders/t5xxl_fp16.safetensors"), the folder being
@@ -79,13 +141,17 @@ def _weight_suffixes() -> tuple:
 
 
 def _folder_files(folder: str) -> list[str]:
+    """Weight files of one of ComfyUI's model folders, as "<name>" relative to it; only files the loader finds
+    (a dangling link is not offered). Pickled and other non-safetensors files are listed on purpose: choosing one
+    says why FillScope does not load it and what to download instead."""
     import folder_paths
 
     try:
         names = folder_paths.get_filename_list(folder)
     except KeyError:
         return []
-    return [n.replace(os.sep, "/") for n in names if n.lower().endswith(_weight_suffixes())]
+    names = [n.replace(os.sep, "/") for n in names if n.lower().endswith(_weight_suffixes())]
+    return [n for n in names if _split_file_source(f"{folder}/{n}") == (folder, n) and _file_path(folder, n)[0]]
 
 
 def _checkpoints_with(kinds) -> list[str]:
@@ -132,18 +198,35 @@ def _split_file_source(source: str):
     return None
 
 
+def contained_path(rest: str) -> str | None:
+    """`rest` normalised ('/' separators, '.' and 'x/..' folded), or None when the string itself climbs out of
+    the folder it is relative to: an absolute path, a drive ('C:'), or '..' past its start. Lexical only: a link
+    inside a model folder (weights on another disk) is the user's choice and is followed when loading."""
+    import posixpath
+    import re
+
+    r = rest.replace("\\", "/")
+    if not r or r.startswith("/") or re.match(r"^[A-Za-z]:", r):
+        return None
+    norm = posixpath.normpath(r)
+    if norm == ".." or norm.startswith("../"):
+        return None
+    return norm
+
+
 def _find_in(folder: str, rest: str, exists, shown: str, choose: str) -> tuple[str | None, str | None]:
-    """(absolute path of `rest` inside one of ComfyUI's `folder` paths that passes `exists`, or None; an error
-    when `rest` escapes them)."""
+    """(real path of `rest` inside one of ComfyUI's `folder` paths that passes `exists`, links resolved, or None;
+    an error when the string `rest` escapes them, checked lexically: contained_path)."""
     import folder_paths
 
-    for base in [os.path.realpath(b) for b in folder_paths.get_folder_paths(folder)]:
-        path = os.path.realpath(os.path.join(base, rest))
-        if os.path.commonpath([path, base]) != base:
-            return None, (f"[FillScope] input 'source': '{shown}' points outside ComfyUI's models/{folder} folders. "
-                          f"Fix: choose {choose}.")
+    norm = contained_path(rest)
+    if norm is None:
+        return None, (f"[FillScope] input 'source': '{shown}' points outside ComfyUI's models/{folder} folders "
+                      f"(an absolute path, a drive or '..' climbing out). Fix: choose {choose}.")
+    for base in folder_paths.get_folder_paths(folder):
+        path = os.path.join(os.path.abspath(base), *norm.split("/"))
         if exists(path):
-            return path, None
+            return os.path.realpath(path), None
     return None, None
 
 
@@ -158,6 +241,9 @@ def _diffusers_path(source: str) -> tuple[str | None, str | None]:
 def resolve_source(source: str) -> str:
     """'meta'/'placeholder', the absolute path of a "<folder>/<file>" single file, or the absolute folder path of
     a models/diffusers entry; refuses paths outside the model folders."""
+    problem = source_problem(source)
+    if problem:
+        raise FillScopeInputError("source", *problem)
     if source in (SOURCE_META, SOURCE_PLACEHOLDER):
         return source
     import folder_paths
@@ -170,17 +256,32 @@ def resolve_source(source: str) -> str:
         if path:
             return path
         bases = folder_paths.get_folder_paths(split[0])
-        return os.path.join(bases[0], split[1]) if bases else split[1]
+        return os.path.join(bases[0], contained_path(split[1])) if bases else split[1]
     path, error = _diffusers_path(source)
     if error:
         raise ValueError(error)
     if path:
         return path
     bases = folder_paths.get_folder_paths("diffusers")
-    return os.path.join(bases[0], source) if bases else source
+    return os.path.join(bases[0], contained_path(source)) if bases else source
+
+
+def source_problem(source) -> tuple[str, str] | None:
+    """(problem, fix) when `source` cannot name anything (not text, empty, a NUL byte), else None."""
+    fix = "choose an entry of the source menu (press Refresh after adding model files), or 'placeholder' / 'meta'."
+    if not isinstance(source, str):
+        return f"is {type(source).__name__} {ascii(source)[:60]}, not the name of a model folder or file.", fix
+    if not source.strip():
+        return "is empty.", fix
+    if "\x00" in source:
+        return f"{ascii(source)[:80]} holds a NUL character (\\x00), which no file name can contain.", fix
+    return None
 
 
 def validate_source(source: str) -> bool | str:
+    problem = source_problem(source)
+    if problem:
+        return str(FillScopeInputError("source", *problem))
     if source in (SOURCE_META, SOURCE_PLACEHOLDER):
         return True
     import folder_paths
@@ -216,24 +317,52 @@ def validate_source(source: str) -> bool | str:
     )
 
 
+_fingerprint_notes: dict[str, str] = {}  # resolved folder -> why its fingerprint is partial (the loader notes it)
+
+
+def fingerprint_note(path: str) -> str | None:
+    """Why the last fingerprint of the folder `path` covers only part of it, or None."""
+    return _fingerprint_notes.get(str(path))
+
+
 def source_fingerprint(source: str):
-    """(name, size, mtime) of the weight files behind a source, so ComfyUI's cache notices a changed file."""
+    """(name, size, mtime) of the weight files behind a source, so ComfyUI's cache notices a changed file. A
+    folder's walk follows links, enters each real directory once and stops after FINGERPRINT_MAX_ENTRIES entries
+    or WALK_MAX_DEPTH levels: past that the fingerprint covers the files seen so far (a note says so)."""
     if source in (SOURCE_META, SOURCE_PLACEHOLDER):
         return source
     try:
         path = resolve_source(source)
-    except ValueError:  # validate_inputs reports it
+    except ValueError:  # validate_inputs reports it (FillScopeInputError is a ValueError too)
         return source
-    if os.path.isfile(path):
-        st = os.stat(path)
-        return (source, st.st_size, st.st_mtime_ns)
+    try:
+        if os.path.isfile(path):
+            st = os.stat(path)
+            return (source, st.st_size, st.st_mtime_ns)
+    except OSError:
+        return source
+    walked, complete = bounded_walk(path, max_entries=FINGERPRINT_MAX_ENTRIES)
     files = []
-    for root, _, names in os.walk(path, followlinks=True):
+    for root, _, names in walked:
         for name in names:
             if name.endswith((".safetensors", ".json")):
-                st = os.stat(os.path.join(root, name))
-                files.append((os.path.relpath(os.path.join(root, name), path), st.st_size, st.st_mtime_ns))
-    return (source, tuple(sorted(files)))
+                full = os.path.join(root, name)
+                try:
+                    st = os.stat(full)
+                except OSError:
+                    continue
+                files.append((os.path.relpath(full, path).replace(os.sep, "/"), st.st_size, st.st_mtime_ns))
+    if complete:
+        _fingerprint_notes.pop(path, None)
+        return (source, tuple(sorted(files)))
+    note = (f"model folder '{source}' holds more than {FINGERPRINT_MAX_ENTRIES:,} entries or folders nested deeper "
+            f"than {WALK_MAX_DEPTH}: ComfyUI's cache watches only the {len(files)} weight/config files found before "
+            "that, so a change to another file is noticed after a restart or /free")
+    _fingerprint_notes[path] = note
+    import logging
+
+    logging.warning(f"[FillScope] {note}")
+    return (source, "partial", tuple(sorted(files)))
 
 
 def mask_inputs():

@@ -68,7 +68,21 @@ class FluxFillSampler(FillScopeNode):
         out = sample_flux_fill(transformer, flux_text, condition, steps=steps, guidance=guidance, seed=seed,
                                denoise=denoise, callback=c.progress_callback(steps), observe=rec.observe)
         c.record_sampler_result(rec, out, transformer)
+        record_shift_range(rec, out.info)
         return out
+
+
+def record_shift_range(rec, info) -> None:
+    """A warning when the resolution shift mu was extrapolated above FLUX.1's calibrated range (mu grows linearly with
+    the tokens: the schedule spends ever more of its steps near sigma 1), a note below it (small images: mild)."""
+    if not info.get("mu_extrapolated"):
+        return
+    lo, hi = (int(v) for v in info["mu_calibrated_tokens"].split("-"))
+    side = int(round(hi ** 0.5)) * 16
+    text = (f"resolution shift mu extrapolated: {info['tokens']} tokens is outside the range FLUX.1 was calibrated "
+            f"on ({lo}-{hi} tokens, up to ~{side}x{side} px); mu = {info['mu']:.2f}: the last step starts at sigma "
+            f"{info['sigma_last_step']:.2f}")
+    (rec.warn if info["tokens"] > hi else rec.note)(text)
 
 
 NODES = [FluxFillCondition, FluxFillSampler]

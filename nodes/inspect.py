@@ -7,7 +7,9 @@ import os
 
 from comfy_api.latest import io
 
+from ..fillscope.errors import FillScopeInputError
 from ..fillscope.masks import synthetic_image_and_mask
+from ..fillscope.trace.records import SCHEMA as SHAPES_SCHEMA
 from ..fillscope.trace.summary import boundary_rows, format_rows
 from . import common as c
 from .base import FillScopeNode
@@ -41,6 +43,29 @@ class SyntheticImageMask(FillScopeNode):
         return image, mask
 
 
+SHAPES_FIX = "wire a FillScope node's shapes output (the last node of the graph: its trail holds every node upstream)."
+
+
+def read_shapes(shapes: str) -> dict:
+    """The shapes document of a FillScope node's `shapes` output; FillScopeInputError('shapes') for anything else."""
+    try:
+        doc = json.loads(shapes)
+    except (TypeError, ValueError) as e:
+        raise FillScopeInputError("shapes", f"is not JSON ({e}; it starts {ascii(str(shapes)[:40])}).", SHAPES_FIX) from None
+    if not isinstance(doc, dict) or doc.get("schema") != SHAPES_SCHEMA:
+        found = ascii(doc.get("schema"))[:40] if isinstance(doc, dict) else f"a JSON {type(doc).__name__}"
+        raise FillScopeInputError("shapes", f"is not a FillScope shape record: schema {found}, expected "
+                                            f"'{SHAPES_SCHEMA}'.", SHAPES_FIX)
+    trail = doc.get("trail", [])
+    records = [doc.get("node")] + (trail if isinstance(trail, list) else [None])
+    for rec in records:
+        if not (isinstance(rec, dict) and isinstance(rec.get("id"), str) and isinstance(rec.get("tensors"), list)
+                and all(isinstance(t, dict) for t in rec["tensors"])):
+            raise FillScopeInputError("shapes", f"is a '{SHAPES_SCHEMA}' document whose node or trail is not a list "
+                                                "of node records (id, title, tensors).", SHAPES_FIX)
+    return doc
+
+
 class ShapesReport(FillScopeNode):
     @classmethod
     def define_schema(cls):
@@ -61,8 +86,12 @@ class ShapesReport(FillScopeNode):
     def run(cls, rec, shapes, filename_prefix):
         import folder_paths
 
-        doc = json.loads(shapes)
-        rows = boundary_rows([doc])
+        doc = read_shapes(shapes)
+        try:
+            rows = boundary_rows([doc])
+        except (KeyError, TypeError, AttributeError, IndexError, ValueError) as e:  # a record missing its fields
+            raise FillScopeInputError("shapes", f"is not a FillScope shape record ({SHAPES_SCHEMA}): "
+                                                f"{type(e).__name__} {e} while reading its tensors.", SHAPES_FIX) from None
         table = format_rows(rows)
         out_dir = folder_paths.get_output_directory()
         full_dir, name, counter, subfolder, _ = folder_paths.get_save_image_path(filename_prefix, out_dir)

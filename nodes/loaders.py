@@ -134,6 +134,8 @@ class _Loader(FillScopeNode):
             rec.fact(name, value)
         for note in comp.extras.get("notes", []):
             rec.note(note)
+        if c.fingerprint_note(resolved):  # a folder too big (or too deep) to watch whole
+            rec.note(c.fingerprint_note(resolved))
         cls.describe(rec, comp)
         return comp
 

@@ -8,6 +8,7 @@ from ..fillscope.pipelines.sd3_controlnet import (
     build_inpaint_condition,
     sample_sd3_controlnet_inpaint,
 )
+from ..fillscope.specs import sd3_side_limit
 from . import common as c
 from .base import FillScopeNode
 
@@ -32,6 +33,7 @@ class SD3InpaintCondition(FillScopeNode):
 
     @classmethod
     def run(cls, rec, vae, **mask_options):
+        rec.fact("largest side (position-embedding grid)", sd3_side_limit().explain())
         return build_inpaint_condition(vae, c.prepare_masked_input(rec, **mask_options), observe=rec.observe)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from comfy_api.latest import io
 
 from ..fillscope.text import (
+    CLIP_MAX_LENGTH,
     encode_clip,
     encode_clip_l,
     encode_t5,
@@ -48,6 +49,9 @@ def record_clip(rec, prefix, out) -> None:
         rec.tensor(f"{prefix}.text_embeds", out.text_embeds)
     else:
         rec.note("no text projection in these weights: text_embeds (SD3's pooled input) unavailable")
+    rec.fact("prompt tokens (with start/end)", f"{min(out.given_tokens, CLIP_MAX_LENGTH)} of {CLIP_MAX_LENGTH}")
+    if out.truncated:
+        rec.warn(f"prompt truncated to {CLIP_MAX_LENGTH} CLIP tokens ({out.given_tokens} given)")
 
 
 class CLIPGEncode(FillScopeNode):

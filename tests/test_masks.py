@@ -121,3 +121,61 @@ def test_paste_back_mask_of_another_size_or_with_nan_is_a_clear_error():
     assert "input 'mask'" in str(e.value) and "NaN" in str(e.value) and "Fix:" in str(e.value)
     with pytest.raises(FillScopeInputError, match="batch of 2 masks for 1 images"):
         as_paste_mask(torch.zeros(2, 40, 48), source)
+
+
+# ---- crop mode: what reaches the model, what is kept (issue 10) ------------------------------------------------
+
+
+def test_crop_with_a_mask_on_the_cropped_off_border_warns_with_the_count_and_keeps_those_pixels():
+    """50x40 -> a 48x32 crop at (top 4, left 1): a full mask repaints only the crop; the 464 border pixels stay
+    source pixels, and the paste mask, the counts and the warnings all say so."""
+    image = torch.rand(1, 40, 50, 3)
+    p = prepare_image_and_mask(image, torch.ones(1, 40, 50), size_mode="crop", feather=3)
+    border = 40 * 50 - 32 * 48
+    assert border == 464
+    assert p.warnings[0] == (
+        "mask reaches the border size_mode crop cuts off (4 px top, 4 px bottom, 1 px left, 1 px right): 464 repaint "
+        "pixels fall outside the 48x32 crop and stay source pixels; set size_mode to pad to repaint them")
+    assert p.kept_pixels == border and p.repaint_pixels == 32 * 48
+    assert int((p.paste_mask == 0).sum()) == border  # Paste Back's "kept pixels" fact counts this
+    assert p.coverage == pytest.approx(32 * 48 / (40 * 50))
+    assert not any("nothing is kept from the source" in w for w in p.warnings)  # the border is kept
+    assert any(w.startswith("mask covers the whole 48x32 crop") and "464 pixels" in w for w in p.warnings)
+    assert "repaints 1,536 px and keeps 464 px as exact source values" in p.notes
+    # what actually happens: the border comes back bit-identical, the crop is the model's
+    generated = restore_geometry(torch.rand(1, 32, 48, 3), p.geometry, p.source)
+    out = paste_back(generated, p.source, p.paste_mask)
+    same = (out == image).all(dim=-1)
+    assert int(same.sum()) == border
+    assert torch.equal(out[:, 4:36, 1:49], generated[:, 4:36, 1:49])
+
+
+def test_crop_with_the_mask_only_on_the_border_repaints_nothing_and_says_why():
+    m = torch.zeros(1, 40, 50)
+    m[:, :3, :] = 1.0  # the top 3 rows: all cut off by the crop (top 4)
+    p = prepare_image_and_mask(torch.rand(1, 40, 50, 3), m, size_mode="crop")
+    assert p.coverage == 0.0 and p.repaint_pixels == 0 and p.kept_pixels == 40 * 50
+    assert "150 repaint pixels fall outside the 48x32 crop" in p.warnings[0]
+    assert p.warnings[1] == ("nothing to repaint inside the 48x32 crop (the mask lies in the cropped-off border): the "
+                             "source image is returned unchanged")
+    assert float(p.paste_mask.abs().sum()) == 0.0
+
+
+def test_crop_with_the_mask_inside_the_crop_has_no_warning_and_true_counts():
+    p = prepare_image_and_mask(torch.rand(1, 40, 50, 3), rect_mask(40, 50, 10, 10, 8, 8), size_mode="crop")
+    assert p.warnings == []
+    assert (p.repaint_pixels, p.kept_pixels) == (64, 40 * 50 - 64)
+    assert float(p.mask.sum()) == 64
+
+
+def test_a_full_mask_in_pad_mode_keeps_nothing_and_says_so():
+    """The padding is not the user's image: a full mask on 50x40 keeps nothing, though the 64x48 grid is not full."""
+    p = prepare_image_and_mask(torch.rand(1, 40, 50, 3), torch.ones(1, 40, 50), size_mode="pad")
+    assert p.coverage == 1.0 and p.kept_pixels == 0
+    assert any("nothing is kept from the source" in w for w in p.warnings)
+
+
+def test_counts_are_over_the_batch():
+    p = prepare_image_and_mask(torch.rand(2, 32, 32, 3), rect_mask(32, 32, 0, 0, 4, 4))
+    assert (p.repaint_pixels, p.kept_pixels) == (32, 2 * 32 * 32 - 32)
+    assert "repaints 32 px and keeps 2,016 px as exact source values (over the batch of 2)" in p.notes

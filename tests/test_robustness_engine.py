@@ -169,15 +169,7 @@ def sd3_folders(tmp_path_factory):
 @pytest.fixture(scope="module")
 def sd3(sd3_folders):
     folder, cn = sd3_folders
-    kw = {"dtype": "fp32", "device": "cpu"}
-    stack = {
-        "clip_l": text.load_clip_l(folder, **kw),
-        "clip_g": text.load_clip_g(folder, **kw),
-        "t5": text.load_t5(folder, **kw),
-        "transformer": sd3_controlnet.load_sd3_transformer(folder, **kw),
-        "controlnet": sd3_controlnet.load_sd3_controlnet(cn, **kw),
-        "vae": vae.load_vae(folder, kind="sd3", **kw),
-    }
+    stack = sd3_controlnet.load_stack(folder, controlnet=cn, tokenizer_folders=(None, None), dtype="fp32", device="cpu")
     for name, prompt in (("positive", PROMPT), ("negative", NEGATIVE)):
         stack[name] = sd3_controlnet.encode_prompt(stack["clip_l"], stack["clip_g"], stack["t5"], prompt)
     return stack
@@ -230,3 +222,57 @@ def test_flux_condition_refuses_the_sd3_vae_before_encoding():
     with pytest.raises(FillScopeInputError) as e:
         flux_fill.build_fill_condition(vae.load_vae("meta", kind="sd3"), masks.prepare_image_and_mask(image, mask))
     assert e.value.input_name == "vae" and "SD3 VAE" in e.value.problem and "kind to flux" in e.value.fix
+
+
+# ---- inputs checked before they can do harm (issue 10): NaN/inf scalars, images and masks -----------------------
+# With NaN in one of these the guards after sampling would blame the weights (or a NaN threshold / cfg would go
+# through silently); each is refused up front, naming the input.
+
+
+@pytest.mark.parametrize("threshold", [float("nan"), float("inf"), -0.1, 1.5])
+def test_prepare_refuses_a_threshold_that_is_not_a_number_from_0_to_1(threshold):
+    image, mask = image_and_mask()
+    with pytest.raises(FillScopeInputError) as e:
+        masks.prepare_image_and_mask(image, mask, threshold=threshold)
+    assert e.value.input_name == "threshold" and repr(threshold) in e.value.problem and "Fix:" in str(e.value)
+
+
+@pytest.mark.parametrize("threshold", [0.5, 0.0])  # binarised, and a soft mask
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+@pytest.mark.parametrize("name", ["image", "mask"])
+def test_prepare_refuses_nan_or_inf_in_the_image_or_the_mask(name, bad, threshold):
+    image, mask = image_and_mask()
+    (image if name == "image" else mask)[0, 5, 7] = bad
+    with pytest.raises(FillScopeInputError) as e:
+        masks.prepare_image_and_mask(image, mask, threshold=threshold)
+    assert e.value.input_name == name and "NaN/inf" in e.value.problem and "Fix:" in str(e.value)
+    assert f"holds {3 if name == 'image' else 1} NaN/inf values" in e.value.problem
+
+
+@pytest.mark.parametrize("guidance", [float("nan"), float("inf"), float("-inf")])
+def test_flux_nan_guidance_is_named_not_blamed_on_the_weights(flux, guidance):
+    steps_seen = []
+    with pytest.raises(FillScopeInputError) as e:
+        flux_sample(flux, guidance=guidance, callback=lambda i, n: steps_seen.append(i))
+    assert e.value.input_name == "guidance" and repr(guidance) in e.value.problem and "Fix:" in str(e.value)
+    assert "weights" not in str(e.value) and steps_seen == []
+
+
+def test_flux_guidance_is_checked_before_anything_is_touched():
+    with pytest.raises(FillScopeInputError, match="input 'guidance'"):
+        flux_fill.sample_flux_fill(None, None, None, guidance=float("nan"))  # the models are never looked at
+
+
+@pytest.mark.parametrize("name", ["cfg", "control_scale", "control_start", "control_end", "shift"])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_sd3_nan_or_inf_scalars_are_named_not_blamed_on_the_weights(sd3, name, bad):
+    steps_seen = []
+    with pytest.raises(FillScopeInputError) as e:
+        sd3_sample(sd3, **{name: bad}, callback=lambda i, n: steps_seen.append(i))
+    assert e.value.input_name == name and repr(bad) in e.value.problem and "Fix:" in str(e.value)
+    assert "weights" not in str(e.value) and steps_seen == []
+
+
+def test_sd3_nan_cfg_does_not_switch_cfg_off_silently():
+    with pytest.raises(FillScopeInputError, match="input 'cfg': is nan"):
+        sd3_controlnet.sample_sd3_controlnet_inpaint(None, None, None, None, None, cfg=float("nan"))

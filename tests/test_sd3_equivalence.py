@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fillscope import masks, text, vae
+from fillscope import masks
 from fillscope.pipelines import sd3_controlnet
 from fillscope.sampling import static_shift_sigmas
 from tiny_sd3 import build_tiny_sd3_controlnet_folder, build_tiny_sd3_folder, load_sd3_inpaint_pipeline, run_diffusers_sd3_inpaint
@@ -30,15 +30,7 @@ def folders(tmp_path_factory):
 @pytest.fixture(scope="module")
 def stack(folders):
     sd3, cn = folders
-    kw = dict(dtype="fp32", device="cpu")
-    return {
-        "clip_l": text.load_clip_l(sd3, **kw),
-        "clip_g": text.load_clip_g(sd3, **kw),
-        "t5": text.load_t5(sd3, **kw),
-        "transformer": sd3_controlnet.load_sd3_transformer(sd3, **kw),
-        "controlnet": sd3_controlnet.load_sd3_controlnet(cn, **kw),
-        "vae": vae.load_vae(sd3, kind="sd3", **kw),
-    }
+    return sd3_controlnet.load_stack(sd3, controlnet=cn, tokenizer_folders=(None, None), dtype="fp32", device="cpu")
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from ..errors import FillScopeInputError
 from ..fp8 import enable_fp8_compute, is_fp8, nonfinite_count, report_compute_dtype
-from ..models import build_on_meta, check_component_config, fill_buffer, retie, tied_groups, torch_dtype
+from ..models import (
+    build_on_meta, check_component_config, fill_buffer, key_list, n_tensors, retie, tied_groups, torch_dtype,
+)
 from ..specs import COMPONENTS
 from .convert import IGNORED_KEYS, convert_part
 from .detect import sniff
@@ -66,7 +68,10 @@ def _model_key_map(model) -> dict:
 
 
 def _to_model_names(info: CheckpointInfo, part: Part, model, state: dict, ties: list, input_name: str) -> dict:
-    """The converted tensors under the model's own names; refuses a file that lacks tensors or has extra ones."""
+    """The converted tensors under the model's own names; refuses a file that lacks tensors or has extra ones.
+    Legitimately absent: tied copies (T5's encoder.embed_tokens = shared) and buffers (the constructor computes
+    them: position ids, SD3's sin-cos table); legitimately extra: IGNORED_KEYS (position_ids, CLIP's logit_scale).
+    The config is the one the file's own shapes say, so a gap is the file's: incomplete, or another variant."""
     keymap = _model_key_map(model)
     model_state = {}
     unexpected = []
@@ -83,13 +88,59 @@ def _to_model_names(info: CheckpointInfo, part: Part, model, state: dict, ties: 
     if missing or unexpected:
         what = []
         if missing:
-            what.append(f"lacks {len(missing)} tensors the model needs (e.g. {', '.join(missing[:3])})")
+            what.append(f"lacks {n_tensors(len(missing))} the model its shapes describe needs ({key_list(missing)})")
         if unexpected:
-            what.append(f"has {len(unexpected)} tensors the model has no place for (e.g. {', '.join(unexpected[:3])})")
+            what.append(f"has {n_tensors(len(unexpected))} the model has no place for ({key_list(unexpected)})")
         raise FillScopeInputError(
             input_name, f"'{info.name}' ({part.what}) {' and '.join(what)}.",
-            "the file is incomplete or another variant of the model; use the published file.")
+            "the file is incomplete or another variant of the model; use the published file (download it again).")
     return model_state
+
+
+# Converted layouts (one file tensor may become several model tensors, or be merged): their tensors are matched
+# by the values they hold. Legitimately extra there: an LDM VAE's training leftovers (loss.*, model_ema.*),
+# ComfyUI's fp8 scales (used to dequantise), IGNORED_KEYS.
+LEFTOVER_PREFIXES = ("loss.", "model_ema.")
+_SCALE_SUFFIXES = ("scale_weight", "scale_input", "scaled_fp8")
+LDM_GROUPS = ("encoder.", "decoder.", "quant_conv.", "post_quant_conv.")
+
+
+def _counted(key: str) -> bool:
+    return not (IGNORED_KEYS.search(key) or key.endswith(_SCALE_SUFFIXES) or key.startswith(LEFTOVER_PREFIXES))
+
+
+def _unused_by_conversion(info: CheckpointInfo, part: Part, tensors: dict, state: dict, input_name: str) -> None:
+    """A converted part (LDM VAE, SAI SD3) whose file tensors hold more values than the converted model tensors:
+    the conversion skipped tensors the model has no place for. Refused, naming them where they can be told
+    (SAI: what diffusers' converter leaves, run on shape-only tensors; LDM: keys outside the VAE's groups)."""
+    import torch
+
+    p = part.prefix
+    local = {k[len(p):]: t for k, t in tensors.items() if _counted(k[len(p):])}
+    in_file = sum(t.numel() for t in local.values())
+    used = sum(t.numel() for t in state.values())
+    if in_file <= used:
+        return
+    names: list = []
+    if part.layout == "sai":
+        from diffusers.loaders.single_file_utils import convert_sd3_transformer_checkpoint_to_diffusers
+
+        shapes = {k: torch.empty(t.shape, device="meta") for k, t in local.items()}
+        try:
+            convert_sd3_transformer_checkpoint_to_diffusers(shapes)
+            names = sorted(shapes)  # the converter pops every tensor it uses
+        except (KeyError, ValueError, IndexError, RuntimeError):
+            names = []
+    elif part.layout == "ldm":
+        names = sorted(k for k in local if not k.startswith(LDM_GROUPS))
+    which = f" ({key_list(p + n for n in names)})" if names else ""
+    raise FillScopeInputError(
+        input_name,
+        f"'{info.name}' ({part.what}) holds {in_file - used:,} values in tensors the model built from its shapes has "
+        f"no place for{which}: they would be dropped silently.",
+        "the file is another variant of the model or was merged with something else; use the published file "
+        "(download it again).",
+    )
 
 
 def load_part(info: CheckpointInfo, part: Part, *, dtype: str, device: str, input_name: str):
@@ -123,6 +174,8 @@ def load_part(info: CheckpointInfo, part: Part, *, dtype: str, device: str, inpu
         raise FillScopeInputError(
             input_name, f"'{info.name}' looks like {part.what} but its tensors do not convert ({type(e).__name__}: {e}).",
             "the file is incomplete or of a variant FillScope does not know; use the published file.") from e
+    if part.layout in ("ldm", "sai"):
+        _unused_by_conversion(info, part, tensors, state, input_name)
     del tensors
     model_state = _to_model_names(info, part, model, state, ties, input_name)
     compute: dict = {}

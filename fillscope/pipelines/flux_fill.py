@@ -143,9 +143,14 @@ def sample_flux_fill(
 ) -> SampledLatent:
     """Step 3. Flow-matching Euler over FLUX Fill. `callback(step, total)` runs after every step (ComfyUI's progress
     bar raises from it on interrupt). `noise` overrides the seeded initial noise [B,16,h,w]."""
+    import math
+
     import torch
 
     observe = observer_or_noop(observe)
+    if not math.isfinite(guidance):  # NaN would reach the guidance embedding and be blamed on the weights
+        raise FillScopeInputError("guidance", f"is {guidance!r}; it must be a finite number.",
+                                  "set guidance to a finite number (FLUX.1 Fill [dev] is tuned for 30).")
     check_steps_and_denoise(steps, denoise)
     model = transformer.model
     cfg = transformer.config
@@ -216,8 +221,19 @@ def sample_flux_fill(
     require_finite_result("transformer", x)
     out = unpack_latents(x, lh, lw)  # [B,16,h,w]
     observe("latent.unpacked", out)
-    info = {"steps_run": run_steps, "mu": mu, "sigma_start": float(sigmas[0]), "tokens": n_tokens}
+    info = {"steps_run": run_steps, "mu": mu, "sigma_start": float(sigmas[0]), "sigma_last_step": float(sigmas[-2]),
+            "tokens": n_tokens, **shift_range_facts(n_tokens, sched)}
     return SampledLatent(out, cond.prepared, "flux", info=info)
+
+
+def shift_range_facts(n_tokens: int, sched: dict | None = None) -> dict:
+    """Whether the resolution shift mu is interpolated or extrapolated: FLUX.1's scheduler calibrates mu linearly
+    between base_image_seq_len (256 tokens, 256x256 px) and max_image_seq_len (4096 tokens, 1024x1024 px); outside
+    that range the same line is extended (as diffusers' calculate_shift does). There is no hard size limit: FLUX's
+    RoPE positions are computed for any grid (diffusers' FluxPosEmbed has no table to outgrow)."""
+    sched = flux_scheduler_config() if sched is None else sched
+    lo, hi = int(sched["base_image_seq_len"]), int(sched["max_image_seq_len"])
+    return {"mu_calibrated_tokens": f"{lo}-{hi}", "mu_extrapolated": not lo <= n_tokens <= hi}
 
 
 @dataclass

@@ -40,7 +40,7 @@ from ..sampling import (
     starting_point,
     static_shift_sigmas,
 )
-from ..specs import scheduler_config
+from ..specs import MIN_SIDE, SideLimit, pos_embed_side_limit, scheduler_config, sd3_side_limit, shipped_variant
 from ..text import SD3TextCondition
 from ..weights import Component, load_component
 
@@ -100,6 +100,24 @@ def encode_prompt(clip_l: Component, clip_g: Component, t5: Component, prompt: s
     return condition
 
 
+def refuse_over_side_limit(input_name: str, geometry, limit: SideLimit, grid: str) -> None:
+    """Refuse an image whose model grid has more patches a side than `limit`'s position-embedding grid (diffusers
+    would fail inside the first step with "Height (256) cannot be greater than pos_embed_max_size: 192");
+    `grid` names the grid ("SD3's position-embedding grid")."""
+    if max(geometry.grid_height, geometry.grid_width) <= limit.pixels:
+        return
+    size = f"{geometry.width}x{geometry.height}"
+    if (geometry.grid_width, geometry.grid_height) != (geometry.width, geometry.height):
+        size += f" ({geometry.grid_width}x{geometry.grid_height} {'padded' if geometry.mode == 'pad' else 'cropped'} to the 16 px grid)"
+    fix = (f"crop or scale the image to at most {limit.pixels} px a side, e.g. inpaint a crop around the masked "
+           "area and composite it back into the full image")
+    unit = MIN_SIDE  # the 16 px grid: crop trims each side down to a multiple of it
+    cropped = (geometry.width // unit * unit, geometry.height // unit * unit)
+    if geometry.mode == "pad" and max(cropped) <= limit.pixels:
+        fix = f"set size_mode to crop (it trims to {cropped[0]}x{cropped[1]}), or {fix}"
+    raise FillScopeInputError(input_name, f"{size} is larger than {grid} allows ({limit.explain()}).", fix + ".")
+
+
 @dataclass(kw_only=True)
 class InpaintCondition(ConditionSource):
     """The ControlNet's condition: masked-image latents (16) ++ keep-mask (1)."""
@@ -116,6 +134,9 @@ def build_inpaint_condition(vae: Component, prepared: PreparedInput, observe=Non
     if vae.kind != "sd3_vae":
         raise FillScopeInputError("vae", "the SD3 ControlNet needs the SD3 VAE (scale 1.5305, shift 0.0609).",
                                   "set the VAE loader's kind to sd3.")
+    # before the VAE: the largest side any shipped SD3 transformer and the ControlNet take (the sampler re-checks
+    # against the loaded models' own configs)
+    refuse_over_side_limit("image", prepared.geometry, sd3_side_limit(), "SD3's position-embedding grid")
     image, mask = prepared.image, prepared.mask  # [B,3,H,W] in [-1,1], [B,1,H,W] 1 = repaint
     masked = image.clone()
     masked[(mask > 0.5).expand_as(masked)] = -1.0  # repaint pixels -> black, as diffusers
@@ -145,6 +166,20 @@ def _one_to_one_hooks(transformer, residuals):
     return handles
 
 
+def check_side_limits(transformer: Component, controlnet: Component, cond: InpaintCondition) -> None:
+    """The loaded transformer's and ControlNet's own position-embedding grids (a variant or a file may differ from
+    the shipped default the condition node checked), before any sampling work."""
+    lh = cond.control.shape[-2]
+    scale = max(1, cond.prepared.geometry.grid_height // max(1, lh))  # the VAE's downscale (8)
+    for name, comp, title in (("transformer", transformer, "this transformer"),
+                              ("controlnet", controlnet, "this ControlNet")):
+        variant = shipped_variant("sd3_controlnet" if name == "controlnet" else "sd3_transformer", comp.model.config)
+        model = variant or "the loaded weights"
+        limit = pos_embed_side_limit(comp.model.config, model, scale)
+        if limit is not None:
+            refuse_over_side_limit("condition", cond.prepared.geometry, limit, f"{title}'s position-embedding grid")
+
+
 def controlnet_keep(step: int, steps: int, start: float, end: float) -> float:
     """diffusers' rule: the ControlNet acts on step i when start <= i/steps and (i+1)/steps <= end."""
     return 1.0 - float(step / steps < start or (step + 1) / steps > end)
@@ -172,9 +207,18 @@ def sample_sd3_controlnet_inpaint(
 ) -> SampledLatent:
     """Step 3. Flow-matching Euler with classifier-free guidance (negative first in the batch, as diffusers).
     `callback(step, total)` runs after every step; `noise` overrides the seeded initial noise [B,16,h,w]."""
+    import math
+
     import torch
 
     observe = observer_or_noop(observe)
+    # NaN would switch CFG off silently (cfg), or reach the schedule / the residuals and be blamed on the weights
+    for name, value, fix in (("cfg", cfg, "of 1 or more (1 = off; the default is 7)"),
+                             ("control_scale", control_scale, "from 0 to 2 (the model card's 0.95)"),
+                             ("control_start", control_start, "from 0 to 1"), ("control_end", control_end, "from 0 to 1"),
+                             ("shift", shift, "above 0 (SD3: 3.0)")):
+        if value is not None and not math.isfinite(value):
+            raise FillScopeInputError(name, f"is {value!r}; it must be a finite number.", f"set {name} to a number {fix}.")
     if residual_mapping not in RESIDUAL_MAPPINGS:
         raise FillScopeInputError("residual_mapping", f"unknown {residual_mapping!r}.", f"use one of {', '.join(RESIDUAL_MAPPINGS)}.")
     check_steps_and_denoise(steps, denoise)
@@ -188,6 +232,7 @@ def sample_sd3_controlnet_inpaint(
     use_cfg = cfg > 1.0
     if use_cfg and negative is None:
         raise FillScopeInputError("negative", f"CFG {cfg} needs a negative condition.", "wire a second SD3 text condition (an empty prompt is fine), or set cfg to 1.")
+    check_side_limits(transformer, controlnet, cond)
 
     device, dtype = transformer.device, model.dtype
     b = cond.control.shape[0]

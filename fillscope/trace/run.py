@@ -23,7 +23,7 @@ from pathlib import Path
 
 from .. import masks
 from ..pipelines import PIPELINES
-from ..placement import weight_bytes
+from ..models import weight_bytes
 from ..weights import Component, count_parameters
 from .cost import count_flops, estimate_peak_memory, measure_peak_cuda
 from .lines import LineTracer
