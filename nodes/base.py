@@ -1,6 +1,7 @@
 """FillScopeNode: what every FillScope node does around its own work, written once.
 
-A node says what it is in `define_schema()` and does its work in `run(rec, **inputs)`. `execute()`, ComfyUI's
+A node says what it is in `define_schema()` and does its work in `run(rec, **inputs)` (and, optionally, the part
+that needs no model in `prepare(rec, **inputs)`, before any model is placed). `execute()`, ComfyUI's
 entry point (a classmethod called with the inputs as keyword arguments), wraps it:
 
 - a ShapeRecorder `rec` for the node: the node id from the schema, the title from `title` (default: the display
@@ -59,6 +60,12 @@ class FillScopeNode(io.ComfyNode):
     table: str | None = None  # the boundary table of this node's graph (fillscope/trace/summary.py TABLES)
 
     @classmethod
+    def prepare(cls, rec: ShapeRecorder, **inputs) -> dict:
+        """Work on the inputs that needs no model (e.g. checking and preparing an image and mask), done before any
+        model is placed on the device, so a bad input is refused without moving weights; returns run()'s inputs."""
+        return inputs
+
+    @classmethod
     def run(cls, rec: ShapeRecorder, **inputs):
         raise NotImplementedError
 
@@ -71,6 +78,7 @@ class FillScopeNode(io.ComfyNode):
         check_inputs(schema, values, validated_by_node(cls))
         models = [values[i.id] for i in schema.inputs if i.io_type in MODEL_TYPES and i.id in values]
         rec = ShapeRecorder(schema.node_id, cls.title or schema.display_name.removeprefix("FillScope "), cls.table)
+        values = cls.prepare(rec, **values)
         with memory.use(*models, rec=rec) if models else nullcontext():
             result = cls.run(rec, **values)
         outputs = schema.outputs or []

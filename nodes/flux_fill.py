@@ -28,8 +28,12 @@ class FluxFillCondition(FillScopeNode):
         )
 
     @classmethod
-    def run(cls, rec, vae, **mask_options):
-        cond = build_fill_condition(vae, c.prepare_masked_input(rec, **mask_options), observe=rec.observe)
+    def prepare(cls, rec, vae, **mask_options):
+        return {"vae": vae, "prepared": c.prepare_masked_input(rec, **mask_options)}
+
+    @classmethod
+    def run(cls, rec, vae, prepared):
+        cond = build_fill_condition(vae, prepared, observe=rec.observe)
         rec.fact("tokens", cond.tokens)
         return cond
 

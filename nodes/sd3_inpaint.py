@@ -6,6 +6,7 @@ from comfy_api.latest import io
 
 from ..fillscope.pipelines.sd3_controlnet import (
     build_inpaint_condition,
+    refuse_over_side_limit,
     sample_sd3_controlnet_inpaint,
 )
 from ..fillscope.specs import sd3_side_limit
@@ -32,9 +33,16 @@ class SD3InpaintCondition(FillScopeNode):
         )
 
     @classmethod
-    def run(cls, rec, vae, **mask_options):
-        rec.fact("largest side (position-embedding grid)", sd3_side_limit().explain())
-        return build_inpaint_condition(vae, c.prepare_masked_input(rec, **mask_options), observe=rec.observe)
+    def prepare(cls, rec, vae, **mask_options):
+        prepared = c.prepare_masked_input(rec, **mask_options)
+        limit = sd3_side_limit()
+        rec.fact("largest side (position-embedding grid)", limit.explain())
+        refuse_over_side_limit("image", prepared.geometry, limit, "SD3's position-embedding grid")  # before the VAE moves
+        return {"vae": vae, "prepared": prepared}
+
+    @classmethod
+    def run(cls, rec, vae, prepared):
+        return build_inpaint_condition(vae, prepared, observe=rec.observe)
 
 
 class SD3ControlNetInpaintSampler(FillScopeNode):
