@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fillscope import masks, text, vae
+from fillscope import masks
 from fillscope.pipelines import flux_fill
 from fillscope.sampling import initial_noise
 from fillscope.specs import pack_latents
@@ -27,13 +27,7 @@ def folder(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def stack(folder):
-    kw = dict(dtype="fp32", device="cpu")
-    return {
-        "clip_l": text.load_clip_l(folder, **kw),
-        "t5": text.load_t5(folder, **kw),
-        "transformer": flux_fill.load_flux_fill_transformer(folder, **kw),
-        "vae": vae.load_vae(folder, **kw),
-    }
+    return flux_fill.load_stack(folder, tokenizer_folders=(None, None), dtype="fp32", device="cpu")
 
 
 @pytest.fixture(scope="module")

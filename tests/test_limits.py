@@ -192,14 +192,7 @@ def test_flux_meta_run_past_1024_px_takes_the_size_and_reports_the_extrapolated_
 @pytest.fixture(scope="module")
 def flux(tmp_path_factory):
     folder = build_tiny_flux_fill_folder(tmp_path_factory.mktemp("flux") / "FLUX.1-Fill-tiny", seed=0)
-    kw = {"dtype": "fp32", "device": "cpu"}
-    stack = {
-        "clip_l": text.load_clip_l(folder, **kw),
-        "t5": text.load_t5(folder, **kw),
-        "transformer": flux_fill.load_flux_fill_transformer(folder, **kw),
-        "vae": vae.load_vae(folder, **kw),
-    }
-    return stack
+    return flux_fill.load_stack(folder, tokenizer_folders=(None, None), dtype="fp32", device="cpu")
 
 
 def test_flux_runs_at_the_smallest_size(flux):

@@ -7,7 +7,7 @@ from contextlib import ExitStack
 import pytest
 import torch
 
-from fillscope import masks, placement, text, vae
+from fillscope import masks, placement
 from fillscope.pipelines import flux_fill
 from tiny_flux import build_tiny_flux_fill_folder
 
@@ -15,9 +15,7 @@ from tiny_flux import build_tiny_flux_fill_folder
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
     folder = build_tiny_flux_fill_folder(tmp_path_factory.mktemp("tiny") / "f", seed=0)
-    kw = dict(dtype="fp32", device="cpu")
-    return {"clip_l": text.load_clip_l(folder, **kw), "t5": text.load_t5(folder, **kw),
-            "transformer": flux_fill.load_flux_fill_transformer(folder, **kw), "vae": vae.load_vae(folder, **kw)}
+    return flux_fill.load_stack(folder, tokenizer_folders=(None, None), dtype="fp32", device="cpu")
 
 
 def run(stack, policy):

@@ -11,7 +11,7 @@ import dataclasses
 import pytest
 import torch
 
-from fillscope import masks, text, vae
+from fillscope import masks, vae
 from fillscope.pipelines import flux_fill, sd3_controlnet
 from fillscope.errors import FillScopeInputError
 from fillscope.sampling import require_finite_first_step, require_finite_result
@@ -55,13 +55,7 @@ def flux_folder(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def flux(flux_folder):
-    kw = {"dtype": "fp32", "device": "cpu"}
-    stack = {
-        "clip_l": text.load_clip_l(flux_folder, **kw),
-        "t5": text.load_t5(flux_folder, **kw),
-        "transformer": flux_fill.load_flux_fill_transformer(flux_folder, **kw),
-        "vae": vae.load_vae(flux_folder, **kw),
-    }
+    stack = flux_fill.load_stack(flux_folder, tokenizer_folders=(None, None), dtype="fp32", device="cpu")
     stack["text"] = flux_fill.encode_prompt(stack["clip_l"], stack["t5"], PROMPT)
     return stack
 
