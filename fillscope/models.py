@@ -45,6 +45,8 @@ def transformers_config(kind: str, config: dict):
         return transformers.CLIPTextConfig(**config)
     if kind == "t5_xxl":
         return transformers.T5Config(**config)
+    if kind == "qwen3":
+        return transformers.Qwen3Config(**config)
     raise KeyError(kind)
 
 

@@ -51,6 +51,13 @@ COMPONENTS: dict[str, ComponentKind] = {
             "sd3_controlnet", "SD3 inpainting ControlNet", "diffusers", "SD3ControlNetModel",
             {"alimama-sd3-inpainting": "sd3_controlnet_inpaint.json"},
         ),
+        # FLUX.2 [klein] (issue 11; no loader or pipeline yet): the encoder is built as Qwen3Model, the layers
+        # the condition reads without the LM head (the published folders hold Qwen3ForCausalLM)
+        ComponentKind("qwen3", "Qwen3 text encoder", "transformers", "Qwen3Model",
+                      {"qwen3-4b": "qwen3_4b.json", "qwen3-8b": "qwen3_8b.json"}),
+        ComponentKind("klein_transformer", "FLUX.2 [klein] transformer", "diffusers", "Flux2Transformer2DModel",
+                      {"klein-4b": "klein_4b_transformer.json", "klein-9b": "klein_9b_transformer.json"}),
+        ComponentKind("flux2_vae", "FLUX.2 VAE", "diffusers", "AutoencoderKLFlux2", {"flux2": "flux2_vae.json"}),
     )
 }
 
@@ -63,6 +70,8 @@ _SD3_LAYOUT = {
     "sd3_transformer": ("transformer", None),
     "sd3_vae": ("vae", None),
 }
+_KLEIN_LAYOUT = {"qwen3": ("text_encoder", "tokenizer"), "klein_transformer": ("transformer", None),
+                 "flux2_vae": ("vae", None)}
 PIPELINE_LAYOUTS: dict[str, dict] = {
     "FluxFillPipeline": {**_FLUX_LAYOUT, "flux_fill_transformer": ("transformer", None)},
     "FluxPipeline": _FLUX_LAYOUT,
@@ -72,6 +81,8 @@ PIPELINE_LAYOUTS: dict[str, dict] = {
     "StableDiffusion3InpaintPipeline": _SD3_LAYOUT,
     "StableDiffusion3ControlNetPipeline": {**_SD3_LAYOUT, "sd3_controlnet": ("controlnet", None)},
     "StableDiffusion3ControlNetInpaintingPipeline": {**_SD3_LAYOUT, "sd3_controlnet": ("controlnet", None)},
+    "Flux2KleinPipeline": _KLEIN_LAYOUT,
+    "Flux2KleinInpaintPipeline": _KLEIN_LAYOUT,
 }
 
 
