@@ -50,6 +50,14 @@ def static_shift_sigmas(steps: int, shift: float, num_train_timesteps: int = 100
     return torch.cat([torch.from_numpy(shifted).to(torch.float32), torch.zeros(1)])
 
 
+def check_finite_settings(*settings) -> None:
+    """(name, value, the range to set it in) of a sampler's scalar settings: a NaN or inf one is the user's input
+    at fault (it would otherwise reach the model and be blamed on its weights). None means unset."""
+    for name, value, wanted in settings:
+        if value is not None and not math.isfinite(value):
+            raise FillScopeInputError(name, f"is {value!r}; it must be a finite number.", f"set {name} to {wanted}.")
+
+
 def check_steps_and_denoise(steps: int, denoise: float) -> None:
     if steps < 1:
         raise FillScopeInputError("steps", "must be at least 1.", "set steps to 1 or more.")

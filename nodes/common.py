@@ -136,10 +136,6 @@ CHECKPOINT_PARTS = {"clip_l", "clip_g", "t5_xxl", "flux_fill_transformer", "sd3_
 ALL_FILE_FOLDERS = ("diffusion_models", "text_encoders", "vae", "controlnet", "checkpoints")
 
 
-def _weight_suffixes() -> tuple:
-    return WEIGHT_SUFFIXES
-
-
 def _folder_files(folder: str) -> list[str]:
     """Weight files of one of ComfyUI's model folders, as "<name>" relative to it; only files the loader finds
     (a dangling link is not offered). Pickled and other non-safetensors files are listed on purpose: choosing one
@@ -150,14 +146,13 @@ def _folder_files(folder: str) -> list[str]:
         names = folder_paths.get_filename_list(folder)
     except KeyError:
         return []
-    names = [n.replace(os.sep, "/") for n in names if n.lower().endswith(_weight_suffixes())]
+    names = [n.replace(os.sep, "/") for n in names if n.lower().endswith(WEIGHT_SUFFIXES)]
     return [n for n in names if _split_file_source(f"{folder}/{n}") == (folder, n) and _file_path(folder, n)[0]]
 
 
 def _checkpoints_with(kinds) -> list[str]:
     """checkpoints/ files that bundle one of `kinds` (read from their safetensors headers, cached per file)."""
     import folder_paths
-
 
     out = []
     for name in _folder_files("checkpoints"):
@@ -193,7 +188,7 @@ def source_options(kinds=None) -> list[str]:
 def _split_file_source(source: str):
     """(ComfyUI folder name, relative file name) of a "<folder>/<file>" entry, else None."""
     folder, sep, rest = source.replace("\\", "/").partition("/")
-    if sep and folder in ALL_FILE_FOLDERS and rest.lower().endswith(_weight_suffixes()):
+    if sep and folder in ALL_FILE_FOLDERS and rest.lower().endswith(WEIGHT_SUFFIXES):
         return folder, rest
     return None
 
@@ -289,7 +284,6 @@ def validate_source(source: str) -> bool | str:
     split = _split_file_source(source)
     if split is not None:
         folder, rest = split
-
         if rest.lower().endswith(PICKLE_SUFFIXES):
             return (f"[FillScope] input 'source': '{source}' is a pickled PyTorch checkpoint; FillScope never unpickles "
                     "(loading a pickle can run arbitrary code) and loads only .safetensors files. Fix: download the "

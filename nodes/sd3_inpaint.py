@@ -6,7 +6,7 @@ from comfy_api.latest import io
 
 from ..fillscope.pipelines.sd3_controlnet import (
     build_inpaint_condition,
-    refuse_over_side_limit,
+    check_image_size,
     sample_sd3_controlnet_inpaint,
 )
 from ..fillscope.specs import sd3_side_limit
@@ -35,9 +35,8 @@ class SD3InpaintCondition(FillScopeNode):
     @classmethod
     def prepare(cls, rec, vae, **mask_options):
         prepared = c.prepare_masked_input(rec, **mask_options)
-        limit = sd3_side_limit()
-        rec.fact("largest side (position-embedding grid)", limit.explain())
-        refuse_over_side_limit("image", prepared.geometry, limit, "SD3's position-embedding grid")  # before the VAE moves
+        rec.fact("largest side (position-embedding grid)", sd3_side_limit().explain())
+        check_image_size(prepared)  # before the VAE is placed
         return {"vae": vae, "prepared": prepared}
 
     @classmethod

@@ -25,7 +25,6 @@ def _trace_inputs():
 def _write(report, filename_prefix):
     import folder_paths
 
-
     full_dir, name, counter, subfolder, _ = folder_paths.get_save_image_path(filename_prefix, folder_paths.get_output_directory())
     html, js = write_report(report, full_dir, f"{name}_{counter:05}")
     return [{"filename": html.name, "subfolder": subfolder, "type": "output"},

@@ -15,7 +15,7 @@ import copy
 
 from fillscope.pipelines import PIPELINES
 from fillscope.specs import shipped_config
-from fillscope.trace.run import layout_pages
+from fillscope.trace.run import layout, layout_pages
 
 FIXTURE_WEIGHTS = "fixture: synthetic test values (not a real trace)"
 
@@ -30,6 +30,12 @@ def production_configs(family: str) -> dict[str, dict]:
     """The shipped production config of each component of `family`'s stack."""
     kinds = {**_KINDS, **_FAMILY_KINDS[family]}
     return {name: shipped_config(kinds[name]) for name in PIPELINES[family].COMPONENTS}
+
+
+def _pages(family: str, stage_blocks: dict, micro_rows: list) -> dict:
+    """The production layout of `family` (trace/layouts/), filled with the production configs and these rows."""
+    configs = production_configs(family)
+    return layout_pages(layout(family, configs), configs, stage_blocks, micro_rows)
 
 
 def _lin(i, o, bias=True):
@@ -173,8 +179,7 @@ def _flux(device: str) -> dict:
         "title": "FLUX.1 Fill [dev]",
         "run": _run(dev),
         "figures": figs,
-        "pages": layout_pages("flux-fill", production_configs("flux-fill"), {"double": double, "single": single},
-                              micro_rows),
+        "pages": _pages("flux-fill", {"double": double, "single": single}, micro_rows),
         "evidence": {
             "module": {"rows": 2029, "hits": 2051,
                        "per_component": {"transformer": {"rows": 1412, "hits": 1412}, "text_encoder_2 (T5)": {"rows": 412, "hits": 412},
@@ -318,8 +323,7 @@ def _sd3(device: str) -> dict:
         "title": "SD3 ControlNet Inpainting",
         "run": _run(dev),
         "figures": figs,
-        "pages": layout_pages("sd3-controlnet-inpaint", production_configs("sd3-controlnet-inpaint"),
-                              {"joint": joint, "controlnet": control}, micro_rows),
+        "pages": _pages("sd3-controlnet-inpaint", {"joint": joint, "controlnet": control}, micro_rows),
         "evidence": {
             "module": {"rows": 2707, "hits": 2728,
                        "per_component": {"transformer": {"rows": 1019, "hits": 1019}, "controlnet": {"rows": 991, "hits": 991},

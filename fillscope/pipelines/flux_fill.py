@@ -29,6 +29,7 @@ from ..errors import FillScopeInputError
 from ..masks import PreparedInput
 from ..observe import observer_or_noop, stage
 from ..sampling import (
+    check_finite_settings,
     check_steps_and_denoise,
     euler_step,
     flux_dynamic_mu,
@@ -143,14 +144,10 @@ def sample_flux_fill(
 ) -> SampledLatent:
     """Step 3. Flow-matching Euler over FLUX Fill. `callback(step, total)` runs after every step (ComfyUI's progress
     bar raises from it on interrupt). `noise` overrides the seeded initial noise [B,16,h,w]."""
-    import math
-
     import torch
 
     observe = observer_or_noop(observe)
-    if not math.isfinite(guidance):  # NaN would reach the guidance embedding and be blamed on the weights
-        raise FillScopeInputError("guidance", f"is {guidance!r}; it must be a finite number.",
-                                  "set guidance to a finite number (FLUX.1 Fill [dev] is tuned for 30).")
+    check_finite_settings(("guidance", guidance, "a finite number (FLUX.1 Fill [dev] is tuned for 30)"))
     check_steps_and_denoise(steps, denoise)
     model = transformer.model
     cfg = transformer.config

@@ -33,6 +33,7 @@ from ..errors import FillScopeInputError
 from ..masks import PreparedInput
 from ..observe import observer_or_noop, stage
 from ..sampling import (
+    check_finite_settings,
     check_steps_and_denoise,
     euler_step,
     require_finite_first_step,
@@ -118,6 +119,13 @@ def refuse_over_side_limit(input_name: str, geometry, limit: SideLimit, grid: st
     raise FillScopeInputError(input_name, f"{size} is larger than {grid} allows ({limit.explain()}).", fix + ".")
 
 
+def check_image_size(prepared: PreparedInput) -> None:
+    """Step 2's size check, on its own so the condition node can run it before the VAE is placed: the largest
+    side any shipped SD3 transformer and the ControlNet take (the sampler re-checks against the loaded models'
+    own configs)."""
+    refuse_over_side_limit("image", prepared.geometry, sd3_side_limit(), "SD3's position-embedding grid")
+
+
 @dataclass(kw_only=True)
 class InpaintCondition(ConditionSource):
     """The ControlNet's condition: masked-image latents (16) ++ keep-mask (1)."""
@@ -134,9 +142,7 @@ def build_inpaint_condition(vae: Component, prepared: PreparedInput, observe=Non
     if vae.kind != "sd3_vae":
         raise FillScopeInputError("vae", "the SD3 ControlNet needs the SD3 VAE (scale 1.5305, shift 0.0609).",
                                   "set the VAE loader's kind to sd3.")
-    # before the VAE: the largest side any shipped SD3 transformer and the ControlNet take (the sampler re-checks
-    # against the loaded models' own configs)
-    refuse_over_side_limit("image", prepared.geometry, sd3_side_limit(), "SD3's position-embedding grid")
+    check_image_size(prepared)  # before the VAE encodes
     image, mask = prepared.image, prepared.mask  # [B,3,H,W] in [-1,1], [B,1,H,W] 1 = repaint
     masked = image.clone()
     masked[(mask > 0.5).expand_as(masked)] = -1.0  # repaint pixels -> black, as diffusers
@@ -207,18 +213,15 @@ def sample_sd3_controlnet_inpaint(
 ) -> SampledLatent:
     """Step 3. Flow-matching Euler with classifier-free guidance (negative first in the batch, as diffusers).
     `callback(step, total)` runs after every step; `noise` overrides the seeded initial noise [B,16,h,w]."""
-    import math
-
     import torch
 
     observe = observer_or_noop(observe)
     # NaN would switch CFG off silently (cfg), or reach the schedule / the residuals and be blamed on the weights
-    for name, value, fix in (("cfg", cfg, "of 1 or more (1 = off; the default is 7)"),
-                             ("control_scale", control_scale, "from 0 to 2 (the model card's 0.95)"),
-                             ("control_start", control_start, "from 0 to 1"), ("control_end", control_end, "from 0 to 1"),
-                             ("shift", shift, "above 0 (SD3: 3.0)")):
-        if value is not None and not math.isfinite(value):
-            raise FillScopeInputError(name, f"is {value!r}; it must be a finite number.", f"set {name} to a number {fix}.")
+    check_finite_settings(("cfg", cfg, "a number of 1 or more (1 = off; the default is 7)"),
+                          ("control_scale", control_scale, "a number from 0 to 2 (the model card's 0.95)"),
+                          ("control_start", control_start, "a number from 0 to 1"),
+                          ("control_end", control_end, "a number from 0 to 1"),
+                          ("shift", shift, "a number above 0 (SD3: 3.0)"))
     if residual_mapping not in RESIDUAL_MAPPINGS:
         raise FillScopeInputError("residual_mapping", f"unknown {residual_mapping!r}.", f"use one of {', '.join(RESIDUAL_MAPPINGS)}.")
     check_steps_and_denoise(steps, denoise)

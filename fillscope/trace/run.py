@@ -30,8 +30,6 @@ from .lines import LineTracer
 from .modules import ModuleTracer
 
 LAYOUT_DIR = Path(__file__).parent / "layouts"
-LAYOUT_FILES = {"flux-fill": "flux_fill.json", "sd3-controlnet-inpaint": "sd3_controlnet.json"}
-MODELS = {family: pipeline.TITLE for family, pipeline in PIPELINES.items()}
 
 
 @lru_cache(maxsize=None)
@@ -62,7 +60,8 @@ def layout(family: str, configs: dict[str, dict]) -> dict:
             return template.sub(lambda m: str(configs[m[1]].get(m[2])), value)
         return value
 
-    return fill(_read_json(LAYOUT_FILES[family]))
+    module = PIPELINES[family].__name__.rpartition(".")[2]  # layouts/<pipeline module>.json
+    return fill(_read_json(f"{module}.json"))
 
 
 def _versions() -> dict:
@@ -228,10 +227,9 @@ def _branch(spec: dict, config: dict) -> dict:
             "heads": config.get("num_attention_heads", config.get("num_heads")), "static": True}
 
 
-def layout_pages(family: str, configs: dict[str, dict], stage_blocks: dict[str, list], micro_rows: list) -> dict:
-    """The report's five pages from the family's layout, the components' configs (by stack name), the traced
-    block rows of each denoiser stage (by stage id) and the micro block's rows."""
-    spec = layout(family, configs)
+def layout_pages(spec: dict, configs: dict[str, dict], stage_blocks: dict[str, list], micro_rows: list) -> dict:
+    """The report's five pages from a family's layout (`layout(family, configs)`), the components' configs (by
+    stack name), the traced block rows of each denoiser stage (by stage id) and the micro block's rows."""
     stages = [{**{k: v for k, v in st.items() if k not in ("component", "blocks")}, "blocks": stage_blocks[st["id"]]}
               for st in spec["denoiser"]["stages"]]
     vae_cfg = configs["vae"]
@@ -286,6 +284,6 @@ def trace_pipeline(family: str, stack: dict[str, Component], *, height=1024, wid
         "run": _run_boundary(stack["transformer"], prepared, done.latent.info.get("steps_run", 1), device, wall,
                              **run_extra),
         "figures": figs.items,
-        "pages": layout_pages(family, configs, stage_blocks, micro_rows),
+        "pages": layout_pages(spec, configs, stage_blocks, micro_rows),
         "evidence": _evidence(mt, lt, params, flops_total, spec["evidence"]["flops_method"], peak, device),
     }
