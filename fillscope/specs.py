@@ -51,8 +51,8 @@ COMPONENTS: dict[str, ComponentKind] = {
             "sd3_controlnet", "SD3 inpainting ControlNet", "diffusers", "SD3ControlNetModel",
             {"alimama-sd3-inpainting": "sd3_controlnet_inpaint.json"},
         ),
-        # FLUX.2 [klein] (issue 11; no loader or pipeline yet): the encoder is built as Qwen3Model, the layers
-        # the condition reads without the LM head (the published folders hold Qwen3ForCausalLM)
+        # FLUX.2 [klein]: the encoder is built as Qwen3Model with the layers the condition reads and no LM head
+        # (the published folders hold Qwen3ForCausalLM); see qwen3_kept_config
         ComponentKind("qwen3", "Qwen3 text encoder", "transformers", "Qwen3Model",
                       {"qwen3-4b": "qwen3_4b.json", "qwen3-8b": "qwen3_8b.json"}),
         ComponentKind("klein_transformer", "FLUX.2 [klein] transformer", "diffusers", "Flux2Transformer2DModel",
@@ -60,6 +60,20 @@ COMPONENTS: dict[str, ComponentKind] = {
         ComponentKind("flux2_vae", "FLUX.2 VAE", "diffusers", "AutoencoderKLFlux2", {"flux2": "flux2_vae.json"}),
     )
 }
+
+# FLUX.2 [klein] conditions on these hidden states of Qwen3 (hidden_states[0] is the embedding output, [k] the
+# output of layer k), stacked along the channels: [B,512,3*hidden].
+KLEIN_TEXT_LAYERS = (9, 18, 27)
+
+
+def qwen3_kept_config(config: dict, layers=KLEIN_TEXT_LAYERS) -> dict:
+    """The Qwen3 config FillScope builds: layers 0..max(layers) only. One layer more than the deepest state read,
+    because transformers applies the final RMSNorm to the last hidden state: with exactly 27 layers
+    hidden_states[27] would come out normalised and differ. Layers 28-35 and the LM head never influence the
+    states read, so they are neither built nor loaded (22% less encoder compute and memory for Qwen3-4B)."""
+    keep = max(layers) + 1
+    return {**config, "num_hidden_layers": min(int(config.get("num_hidden_layers", keep)), keep)}
+
 
 # Where each component lives in a diffusers repository, per pipeline class: kind -> (model folder, tokenizer folder).
 _FLUX_LAYOUT = {"clip_l": ("text_encoder", "tokenizer"), "t5_xxl": ("text_encoder_2", "tokenizer_2"), "flux_vae": ("vae", None)}
@@ -179,6 +193,9 @@ class LatentFormat:
 
 FLUX_LATENT = LatentFormat("flux", 16, 0.3611, 0.1159)
 SD3_LATENT = LatentFormat("sd3", 16, 1.5305, 0.0609)
+# FLUX.2: 32 channels at /8, 2x2-patchified to 128 at /16 and normalised by the VAE's BatchNorm running statistics
+# (vae.encode / vae.decode apply them): no scale or shift factor
+FLUX2_LATENT = LatentFormat("flux2", 128, 1.0, 0.0, downscale=16)
 
 # Fill-model pixel grid: VAE 8x, then 2x2 token patches, so image sides must be multiples of 16.
 FLUX_PIXELS_PER_TOKEN = 16

@@ -1,4 +1,4 @@
-"""Text encoders: CLIP-L and T5-XXL with their real tokenizers, and the FLUX text condition.
+"""Text encoders: CLIP-L, T5-XXL and Qwen3 with their real tokenizers, and the FLUX and SD3 text conditions.
 
 Tokenizers come from the diffusers folder when the weights do (tokenizer/, tokenizer_2/), otherwise from the
 fallback tokenizer folders the caller passes (`tokenizer_fallback`: a CLIP BPE folder, a T5 folder; the node layer
@@ -196,3 +196,106 @@ def sd3_text_condition(clip_l: ClipOutput, clip_g: ClipOutput, t5: T5Output, obs
     if observe is not None:
         observe("clip_lg.padded", clip)
     return SD3TextCondition(context=context, pooled=pooled)
+
+
+# --- Qwen3 (FLUX.2 [klein]) ------------------------------------------------------------------------------------
+
+QWEN3_MAX_LENGTH = 512
+QWEN3_TOKENIZER_CONFIG = Path(__file__).parent / "configs" / "qwen3_tokenizer" / "tokenizer_config.json"
+QWEN3_THINK_ID = 151667  # "<think>" in Qwen3's vocabulary; Qwen2.5-VL's files have "<|meta|>" there
+
+
+def _is_qwen3_tokenizer_folder(folder: Path) -> bool:
+    """Whether the folder's own files give id 151667 to "<think>" (tokenizer_config.json's added_tokens_decoder, or
+    tokenizer.json's added_tokens as transformers 5 saves them)."""
+    import json
+
+    config, fast = folder / "tokenizer_config.json", folder / "tokenizer.json"
+    if config.is_file():
+        added = json.loads(config.read_text()).get("added_tokens_decoder") or {}
+        if (added.get(str(QWEN3_THINK_ID)) or {}).get("content") == "<think>":
+            return True
+    if fast.is_file():
+        added = json.loads(fast.read_text()).get("added_tokens") or []
+        return any(t.get("id") == QWEN3_THINK_ID and t.get("content") == "<think>" for t in added)
+    return False
+
+
+@lru_cache(maxsize=8)
+def load_qwen3_tokenizer(folder: Path):
+    """Qwen3's tokenizer. A folder with Qwen3's own tokenizer_config.json (a klein repository's tokenizer/) loads as
+    it is. Any other folder with Qwen's byte-level BPE (vocab.json + merges.txt, e.g. the Qwen2.5 tokenizer files ComfyUI ships)
+    gets Qwen3's special tokens and FillScope's chat template (configs/qwen3_tokenizer) in a cached copy: the
+    BPE is the same, the ids 151665-151668 are not."""
+    import shutil
+    import tempfile
+
+    from transformers import AutoTokenizer
+
+    folder = Path(folder)
+    if _is_qwen3_tokenizer_folder(folder):
+        return AutoTokenizer.from_pretrained(str(folder))
+    missing = [n for n in ("vocab.json", "merges.txt") if not (folder / n).is_file()]
+    if missing:
+        raise FillScopeInputError(
+            "qwen3 tokenizer", f"'{folder}' has no {' or '.join(missing)} (Qwen's byte-level BPE files).",
+            "use the klein repository's tokenizer/ folder, or a folder with Qwen's vocab.json and merges.txt.")
+    assembled = Path(tempfile.mkdtemp(prefix="fillscope-qwen3-tokenizer-"))
+    for name in ("vocab.json", "merges.txt"):
+        shutil.copyfile(folder / name, assembled / name)
+    shutil.copyfile(QWEN3_TOKENIZER_CONFIG, assembled / "tokenizer_config.json")
+    return AutoTokenizer.from_pretrained(str(assembled))
+
+
+def load_qwen3(source, *, dtype="bf16", device="auto", seed=0, variant: str | None = None,
+               tokenizer_fallback: Path | None = None) -> Component:
+    """Qwen3-4B or -8B (variant for meta/placeholder), built with the layers klein reads (specs.qwen3_kept_config)."""
+    comp = load_component("qwen3", source, dtype=dtype, device=device, seed=seed, input_name="qwen3 source",
+                          variant=variant)
+    comp.tokenizer = load_qwen3_tokenizer(_tokenizer_folder(comp, tokenizer_fallback, "qwen3 source")[0])
+    return comp
+
+
+def qwen3_chat_text(tokenizer, prompt: str) -> str:
+    """One user turn, thinking off, as diffusers' klein pipelines render it through the tokenizer's chat template:
+    '<|im_start|>user\\n{prompt}<|im_end|>\\n<|im_start|>assistant\\n<think>\\n\\n</think>\\n\\n'."""
+    return tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
+                                         add_generation_prompt=True, enable_thinking=False)
+
+
+@dataclass
+class Qwen3Output:
+    embeds: object  # [B, 512, 3*hidden]: hidden_states 9, 18, 27 stacked per token (7680 for 4B, 12288 for 8B)
+    input_ids: object  # [B, 512] on CPU
+    attention_mask: object  # [B, 512] on CPU: 1 for the chat text, 0 for padding
+    real_tokens: int  # chat-template tokens before padding (over 512: truncated)
+    given_tokens: int = 0  # tokens the templated prompt makes without truncation
+
+    @property
+    def truncated(self) -> bool:
+        return self.given_tokens > self.input_ids.shape[1]
+
+
+def encode_qwen3(comp: Component, prompt: str, max_length: int = QWEN3_MAX_LENGTH, layers=None) -> Qwen3Output:
+    """FLUX.2 [klein]'s text condition: the chat-templated prompt padded to 512 tokens (the attention mask used
+    inside Qwen3 only), hidden states `layers` stacked -> [B,512,len(layers)*hidden], as diffusers does."""
+    import torch
+
+    from .specs import KLEIN_TEXT_LAYERS
+
+    layers = tuple(layers or KLEIN_TEXT_LAYERS)
+    built = comp.config.get("num_hidden_layers", max(layers))
+    if max(layers) > built:
+        raise FillScopeInputError("qwen3", f"the encoder has {built} layers; klein reads hidden state {max(layers)}.",
+                                  "load the Qwen3-4B / Qwen3-8B encoder of the klein repository.")
+    text = qwen3_chat_text(comp.tokenizer, prompt)
+    batch = comp.tokenizer(text, return_tensors="pt", padding="max_length", truncation=True, max_length=max_length)
+    given = len(comp.tokenizer(text, truncation=False, verbose=False).input_ids)
+    with torch.inference_mode():
+        out = comp.model(input_ids=batch.input_ids.to(comp.device), attention_mask=batch.attention_mask.to(comp.device),
+                         output_hidden_states=True, use_cache=False)
+        stacked = torch.stack([out.hidden_states[k] for k in layers], dim=1)  # [B,3,512,hidden]
+        b, n, seq, hidden = stacked.shape
+        embeds = stacked.permute(0, 2, 1, 3).reshape(b, seq, n * hidden)  # [B,512,3*hidden]
+    return Qwen3Output(embeds=embeds, input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                       real_tokens=int(batch.attention_mask.sum()), given_tokens=given)

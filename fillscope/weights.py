@@ -25,7 +25,7 @@ from .models import (  # noqa: F401  (DTYPES, count_parameters, fill_placeholder
     DTYPES, build_on_meta, check_component_config, check_room_for, count_parameters, fill_placeholder, key_list,
     model_class, n_tensors, torch_dtype,
 )
-from .specs import COMPONENTS, PIPELINE_LAYOUTS, shipped_config
+from .specs import COMPONENTS, PIPELINE_LAYOUTS, qwen3_kept_config, shipped_config
 
 META = "meta"
 PLACEHOLDER = "placeholder"
@@ -43,6 +43,12 @@ KNOWN_PIPELINES = {
     "StableDiffusion3ControlNetPipeline": "Stable Diffusion 3 + ControlNet",
     "StableDiffusion3ControlNetInpaintingPipeline": "Stable Diffusion 3 + inpainting ControlNet",
     "Flux2KleinPipeline": "FLUX.2 [klein]",
+    "Flux2KleinInpaintPipeline": "FLUX.2 [klein] (inpaint)",
+    "Flux2KleinKVPipeline": "FLUX.2 [klein] 9B-KV",
+    "Flux2Pipeline": "FLUX.2 [dev] (48 heads, Mistral text encoder; FillScope runs klein 4B/9B)",
+    "ZImagePipeline": "Z-Image",
+    "QwenImagePipeline": "Qwen-Image",
+    "QwenImageEditPipeline": "Qwen-Image-Edit",
 }
 
 
@@ -210,13 +216,22 @@ def _weight_files(sub: Path) -> str:
     return ", ".join(f"'{n}'" for n in names[:2]) + (f" and {len(names) - 2} more" if len(names) > 2 else "")
 
 
-def check_loading_info(kind: str, sub: Path, info: dict, input_name: str) -> None:
+def _qwen3_layers_not_built(config: dict):
+    """Qwen3's layers beyond those FillScope builds (qwen3_kept_config): in the files, never loaded."""
+    kept = qwen3_kept_config(config)["num_hidden_layers"]
+    return re.compile(r"^(model\.)?layers\.(\d+)\.").match, kept
+
+
+def check_loading_info(kind: str, sub: Path, info: dict, input_name: str, config: dict | None = None) -> None:
     """Refuse a folder whose config.json and weights disagree (diffusers/transformers `output_loading_info`):
     tensors the config builds that the files lack (they would be filled with fresh random values), tensors the
     files hold that the config has no place for (silently dropped), tensors of another shape. The config is the
     one blamed: the files' tensors are what was trained."""
     missing = [k for k in info.get("missing_keys") or [] if not ABSENT_OK.search(k)]
     unexpected = [k for k in info.get("unexpected_keys") or [] if not EXTRA_OK.search(k)]
+    if kind == "qwen3":
+        match, kept = _qwen3_layers_not_built(config or {})
+        unexpected = [k for k in unexpected if not ((m := match(k)) and int(m.group(2)) >= kept)]
     mismatched = list(info.get("mismatched_keys") or [])
     if not (missing or unexpected or mismatched):
         return
@@ -261,6 +276,10 @@ def load_from_folder(kind: str, sub: Path, dtype: str, device: str, input_name: 
         if spec.library == "diffusers":
             cls = model_class(kind, config.get("_class_name"))
             model, info = cls.from_pretrained(sub, **checked, **{_dtype_kwarg(): td}, **overrides)
+        elif kind == "qwen3":
+            # a Qwen3ForCausalLM folder loads as Qwen3Model with the layers the condition reads (qwen3_kept_config)
+            kept = qwen3_kept_config(config)["num_hidden_layers"]
+            model, info = model_class(kind).from_pretrained(sub, dtype=td, num_hidden_layers=kept, **checked)
         else:
             arch = (config.get("architectures") or [spec.class_name])[0]
             cls = model_class(kind, arch)
@@ -270,7 +289,9 @@ def load_from_folder(kind: str, sub: Path, dtype: str, device: str, input_name: 
         if not isinstance(e, (OSError, ValueError, RuntimeError)) and type(e).__name__ != "SafetensorError":
             raise
         raise _unreadable(input_name, sub, e) from e
-    check_loading_info(kind, sub, info, input_name)
+    check_loading_info(kind, sub, info, input_name, config)
+    if kind == "qwen3":
+        config = qwen3_kept_config(config)
     if spec.library == "diffusers":
         _match_dtypes(model, build_on_meta(kind, config, dtype=td, class_name=type(model).__name__))
     return model.to(device).eval().requires_grad_(False), config
@@ -318,6 +339,8 @@ def load_component(
         raise FillScopeInputError("variant", f"{variant!r} is not a {spec.title} variant.", f"use one of {', '.join(spec.variants)}.")
     if source_str in (META, PLACEHOLDER):
         config = shipped_config(kind, variant)
+        if kind == "qwen3":
+            config = qwen3_kept_config(config)
         model = build_on_meta(kind, config, dtype=td)
         if source_str == META:
             return Component(kind, model, META, "meta (full topology, no storage)", "meta", dtype, config)
@@ -339,4 +362,9 @@ def load_component(
     model, config = load_from_folder(kind, sub, dtype, dev, input_name)
     comp = Component(kind, model, source_str, f"diffusers folder {folder.name}", dev, dtype, config)
     comp.extras["tokenizer_folder"] = tokenizer
+    if kind == "klein_transformer" and (folder / "model_index.json").is_file():
+        # distilled (4 steps, no CFG) or base (CFG) cannot be told from the weights: the repository says it
+        distilled = read_json_file(folder / "model_index.json", input_name).get("is_distilled")
+        if isinstance(distilled, bool):
+            comp.extras["is_distilled"] = distilled
     return comp
