@@ -7,6 +7,7 @@ passes the host's own files). Nothing is fetched from a hub.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -276,6 +277,27 @@ class Qwen3Output:
         return self.given_tokens > self.input_ids.shape[1]
 
 
+@contextmanager
+def _shapes_only_attention(comp: Component):
+    """On the meta device transformers' mask builders read tensor values (to choose a kernel), which meta tensors
+    do not have: for the call, attention runs through an implementation registered without a mask builder (the
+    same SDPA kernel, no mask: shapes only). Real devices are untouched."""
+    if not comp.is_meta:
+        yield
+        return
+    from transformers import AttentionInterface
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    AttentionInterface.register("fillscope_shapes_only", sdpa_attention_forward)
+    config = comp.model.config
+    previous = config._attn_implementation
+    config._attn_implementation = "fillscope_shapes_only"
+    try:
+        yield
+    finally:
+        config._attn_implementation = previous
+
+
 def encode_qwen3(comp: Component, prompt: str, max_length: int = QWEN3_MAX_LENGTH, layers=None) -> Qwen3Output:
     """FLUX.2 [klein]'s text condition: the chat-templated prompt padded to 512 tokens (the attention mask used
     inside Qwen3 only), hidden states `layers` stacked -> [B,512,len(layers)*hidden], as diffusers does."""
@@ -292,8 +314,10 @@ def encode_qwen3(comp: Component, prompt: str, max_length: int = QWEN3_MAX_LENGT
     batch = comp.tokenizer(text, return_tensors="pt", padding="max_length", truncation=True, max_length=max_length)
     given = len(comp.tokenizer(text, truncation=False, verbose=False).input_ids)
     with torch.inference_mode():
-        out = comp.model(input_ids=batch.input_ids.to(comp.device), attention_mask=batch.attention_mask.to(comp.device),
-                         output_hidden_states=True, use_cache=False)
+        with _shapes_only_attention(comp):
+            out = comp.model(input_ids=batch.input_ids.to(comp.device),
+                             attention_mask=None if comp.is_meta else batch.attention_mask.to(comp.device),
+                             output_hidden_states=True, use_cache=False)
         stacked = torch.stack([out.hidden_states[k] for k in layers], dim=1)  # [B,3,512,hidden]
         b, n, seq, hidden = stacked.shape
         embeds = stacked.permute(0, 2, 1, 3).reshape(b, seq, n * hidden)  # [B,512,3*hidden]
