@@ -1,7 +1,8 @@
 """Command line: `python -m fillscope.cli demo-summary --port N --out out/` reads a ComfyUI server's /history
 after the demo workflow ran and writes the FLUX shape table (text + JSON) measured in that run;
 `python -m fillscope.cli trace MODEL --weights meta --clip-tokenizer DIR --t5-tokenizer DIR` traces one denoiser
-step (weights without tokenizers, meta and placeholder, need the two tokenizer folders)."""
+step (weights without tokenizers, meta and placeholder, need the tokenizer folders: CLIP and T5 for FLUX Fill and
+SD3, `--qwen-tokenizer DIR` for klein-4b / klein-9b)."""
 
 from __future__ import annotations
 
@@ -69,7 +70,7 @@ def main(argv=None) -> int:
     ds.add_argument("--host", default="127.0.0.1")
     ds.add_argument("--out", type=Path, default=Path("out"))
     tr = sub.add_parser("trace", help="trace one denoiser step of a stack and write the five-page report")
-    tr.add_argument("model", choices=["flux-fill", "sd3-controlnet-inpaint"])
+    tr.add_argument("model", choices=list(PIPELINES))
     tr.add_argument("--weights", default="meta", help="meta, placeholder, or a diffusers repository folder")
     tr.add_argument("--controlnet", default=None, help="SD3: the ControlNet folder (default: same as --weights)")
     tr.add_argument("--size", default="1024x1024", help="WIDTHxHEIGHT")
@@ -81,6 +82,9 @@ def main(argv=None) -> int:
                     help="CLIP BPE tokenizer folder (vocab.json, merges.txt), for weights that bring none (meta, placeholder)")
     tr.add_argument("--t5-tokenizer", type=Path, default=None, metavar="DIR",
                     help="T5 tokenizer folder (tokenizer.json), for weights that bring none (meta, placeholder)")
+    tr.add_argument("--qwen-tokenizer", type=Path, default=None, metavar="DIR",
+                    help="klein: a folder with Qwen's vocab.json and merges.txt (ComfyUI ships one, "
+                         "qwen25_tokenizer), for weights that bring no tokenizer")
     tr.add_argument("--out", type=Path, default=Path("out"))
     args = ap.parse_args(argv)
     if args.command == "demo-summary":
@@ -90,17 +94,24 @@ def main(argv=None) -> int:
             return trace(args)
         except FillScopeInputError as e:
             print(e, file=sys.stderr)
-            if "tokenizer" in e.problem and None in (args.clip_tokenizer, args.t5_tokenizer):
-                print("the weights bring no tokenizers: pass --clip-tokenizer DIR and --t5-tokenizer DIR", file=sys.stderr)
+            if "tokenizer" in e.problem:
+                wanted = ("--qwen-tokenizer DIR" if args.model.startswith("klein")
+                          else "--clip-tokenizer DIR and --t5-tokenizer DIR")
+                print(f"the weights bring no tokenizers: pass {wanted}", file=sys.stderr)
             return 2
     return 2
 
 
 def trace(args) -> int:
     width, height = (int(v) for v in args.size.lower().split("x"))
-    extra = {"controlnet": args.controlnet} if args.model == "sd3-controlnet-inpaint" else {}
-    stack = PIPELINES[args.model].load_stack(args.weights, tokenizer_folders=(args.clip_tokenizer, args.t5_tokenizer),
-                                             dtype=args.dtype, device=args.device, **extra)
+    pipeline = PIPELINES[args.model]
+    if args.model.startswith("klein"):
+        extra, tokenizers = {"variant": args.model}, (args.qwen_tokenizer,)
+    else:
+        extra = {"controlnet": args.controlnet} if args.model == "sd3-controlnet-inpaint" else {}
+        tokenizers = (args.clip_tokenizer, args.t5_tokenizer)
+    stack = pipeline.load_stack(args.weights, tokenizer_folders=tokenizers, dtype=args.dtype, device=args.device,
+                                **extra)
     report = trace_pipeline(args.model, stack, height=height, width=width, prompt=args.prompt, line_trace=not args.no_line_trace)
     html, js = write_report(report, args.out, f"{args.model}_trace")
     ev = report["evidence"]

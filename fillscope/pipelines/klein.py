@@ -55,6 +55,7 @@ COMPONENTS = ("qwen3", "transformer", "vae")  # the stack `run` takes, by these 
 TAKES_NEGATIVE_PROMPT = True  # base models only (distilled ones run without CFG)
 QWEN3_MAX_LENGTH = text_ops.QWEN3_MAX_LENGTH
 VARIANTS = {"klein-4b": "qwen3-4b", "klein-9b": "qwen3-8b"}  # transformer variant -> its text encoder
+MODELS = tuple(VARIANTS)  # the names this pipeline runs under (pipelines.PIPELINES, the CLI, the report)
 MODEL_TYPES = ("auto", "distilled", "base")
 TOKEN_MASKS = ("cover", "bilinear")
 SOURCE_TIME_OFFSET = 10  # reference ids: (t, h, w, l) with t = 10 for the first reference image, 20 for the next
@@ -485,8 +486,12 @@ def run_edit(stack: dict[str, Component], prompt: str, references: list, *, widt
     return KleinResult(positive, negative, condition, latent, image)
 
 
+def title_for(model: str) -> str:
+    return f"{TITLE} {model.removeprefix('klein-').upper()}"
+
+
 def stages(stack: dict[str, Component], prompt: str, prepared: PreparedInput, done: KleinResult,
-           *, seed: int = 0) -> list:
+           *, seed: int = 0, negative_prompt: str = "") -> list:
     """Each stage alone, as (label, the components it runs, a callable that re-runs it from `done`'s inputs)."""
     return [
         ("text encoder", ["qwen3"], lambda: encode_prompt(stack["qwen3"], prompt)),

@@ -280,7 +280,7 @@ def trace_pipeline(family: str, stack: dict[str, Component], *, height=1024, wid
     return {
         "schema": "fillscope.report/1",
         "model": family,
-        "title": pipeline.TITLE,
+        "title": pipeline.title_for(family) if hasattr(pipeline, "title_for") else pipeline.TITLE,
         "run": _run_boundary(stack["transformer"], prepared, done.latent.info.get("steps_run", 1), device, wall,
                              **run_extra),
         "figures": figs.items,

@@ -54,7 +54,9 @@ def vae_evidence_page(report, meta) -> Markup:
                figure(report, vae["decode_figure"]))]
     latent = el("div", {"class_": "latentch"}, en_zh("latent channels ", "latent 通道数 "),
                 number(vae["latent_channels"], "", json_pointer("pages", "vae", "latent_channels")),
-                badge(prov, "", "latent_channels from the VAE config", small=True))
+                badge(prov, "", "latent_channels from the VAE config", small=True),
+                el("p", {"class_": "small"}, en_zh(vae["latent_rule_en"], vae["latent_rule_zh"]))
+                if vae.get("latent_rule_en") else None)
     return page_section(report, 5, meta, [
         heading("VAE boundary", "VAE 边界"),
         el("div", {"class_": "vaeflow"}, el("div", {"class_": "vrow"}, row1), el("div", {"class_": "vrow"}, row2), latent),

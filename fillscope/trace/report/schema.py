@@ -11,7 +11,7 @@ import json
 import math
 
 SCHEMA = "fillscope.report/1"
-MODELS = ("flux-fill", "sd3-controlnet-inpaint")
+MODELS = ("flux-fill", "sd3-controlnet-inpaint", "klein-4b", "klein-9b")
 # "setting": a value the run was given (size, steps, ...), neither measured nor read from a config
 PROVENANCES = ("measured", "estimated", "static-config", "setting")
 DEVICES = ("cuda", "cpu", "meta")
@@ -278,6 +278,8 @@ def validate_report(report) -> None:
     for k in ("encode_input_figure", "decode_input_figure"):  # optional
         if isinstance(vae, dict) and vae.get(k) is not None:
             fig_ref(vae, k, "report.pages.vae")
+    if isinstance(vae, dict) and "latent_rule_en" in vae:  # optional: how the latent is normalised
+        bilingual(vae, "report.pages.vae", "latent_rule")
     ladder = c.arr(vae, "channel_ladder", "report.pages.vae", nonempty=True)
     if not all(is_json_int(x) for x in ladder):
         c.bad("report.pages.vae.channel_ladder", "expected a list of integers")
