@@ -189,4 +189,8 @@ def load_stack(family: str, source: str, **kwargs) -> dict:
     from fillscope.pipelines import PIPELINES
     from tiny_models import comfy_tokenizer_dirs
 
+    if family.startswith("klein"):
+        _, t5_dir = comfy_tokenizer_dirs()
+        return PIPELINES[family].load_stack(source, tokenizer_folders=(t5_dir.parent / "qwen25_tokenizer",),
+                                            variant=family, **kwargs)
     return PIPELINES[family].load_stack(source, tokenizer_folders=comfy_tokenizer_dirs(), **kwargs)

@@ -1,4 +1,4 @@
-"""Estimated peak memory of the FLUX.1 Fill and SD3 + ControlNet graphs under each memory policy, from meta
+"""Estimated peak memory of the FLUX.1 Fill, SD3 + ControlNet and FLUX.2 [klein] 4B / 9B graphs under each memory policy, from meta
 traces (no GPU needed; the GPU measurement is bench/gpu_memory.py).
 
 Per stage (text encoders, VAE encode, one denoiser step, VAE decode) the estimator (fillscope/trace/cost.py)
@@ -40,7 +40,8 @@ def stages_for(model_name, stack):
     return pipeline.stages(stack, prompt, prepared, done)
 
 
-FP8_STORAGE_KINDS = ("t5_xxl", "flux_fill_transformer", "sd3_transformer", "sd3_controlnet")
+FP8_STORAGE_KINDS = ("t5_xxl", "flux_fill_transformer", "sd3_transformer", "sd3_controlnet", "qwen3",
+                     "klein_transformer")
 
 
 def largest_upcast_bytes(model) -> int:
@@ -87,7 +88,8 @@ def main() -> int:
     print("            fillscope.placement.replay: which weights each policy holds, as the nodes decide it)")
     print("prompts replayed: 1 = first prompt, 2 = new text and image, 3 = same inputs, new seed (ComfyUI re-runs")
     print("only the sampler and the decode)\n")
-    for model_name in ("flux-fill", "sd3-controlnet-inpaint"):
+    names = sys.argv[1:] or ["flux-fill", "sd3-controlnet-inpaint", "klein-4b", "klein-9b"]
+    for model_name in names:
         t0 = time.perf_counter()
         stack = load_stack(model_name, "meta", dtype="bf16")
         weights = {k: weight_bytes(c.model) for k, c in stack.items()}

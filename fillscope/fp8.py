@@ -133,8 +133,9 @@ def report_compute_dtype(model, dtype) -> None:
 
 
 # Linear layers of the repeated blocks: FLUX's double/single blocks, SD3's joint blocks and its ControlNet's,
-# T5's encoder blocks. They hold >99% of each model's parameters; embedders, norms and output layers stay as loaded.
-_BLOCK_LINEAR = r"(^|\.)(transformer_blocks|single_transformer_blocks|block)\.\d+\."
+# T5's encoder blocks, klein's double/single blocks and Qwen3's decoder layers. They hold >90% of each model's
+# parameters; embedders, norms and output layers stay as loaded.
+_BLOCK_LINEAR = r"(^|\.)(transformer_blocks|single_transformer_blocks|block|layers)\.\d+\."
 E4M3_MAX = 448.0
 
 
