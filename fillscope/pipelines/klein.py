@@ -219,12 +219,24 @@ def _reference_tokens(vae: Component, images, start_offset: int, batch: int, obs
     return torch.cat(tokens, dim=1), torch.cat(ids, dim=1), sizes
 
 
+def note_diffusers_downscale(prepared: PreparedInput) -> None:
+    """Above 1024x1024 px diffusers' klein pipelines shrink the input to about one megapixel without a word;
+    FillScope runs the size it is given and says what diffusers would have done instead."""
+    h, w = prepared.image.shape[-2:]
+    if h * w > DIFFUSERS_MAX_PIXELS:
+        prepared.notes.append(
+            f"runs at {w}x{h} ({(h // 16) * (w // 16):,} tokens); diffusers' klein pipelines would shrink this input "
+            "to about 1 megapixel first: to match them, scale the image to 1.0 megapixels before this node (e.g. "
+            "ImageScaleToTotalPixels)")
+
+
 def build_inpaint_condition(vae: Component, prepared: PreparedInput, reference=None, *, token_mask: str = "cover",
                             observe=None) -> KleinCondition:
     """Step 2 (inpaint). The source is encoded once: its latents are both the re-blend target and the first
     reference (t=10); `reference` (IMAGE, optional: "put this object there") follows at t=20."""
     observe = observer_or_noop(observe)
     _require_flux2_vae(vae)
+    note_diffusers_downscale(prepared)
     source = vae_ops.encode(vae, prepared.image)  # [B,128,H/16,W/16]
     b, _, h, w = source.shape
     observe("source_latents", source)
