@@ -1,4 +1,5 @@
-"""The FLUX Fill boundary table (REFERENCE section 1) read off shape records measured in a run."""
+"""The boundary tables of each family (FLUX Fill: REFERENCE section 1; SD3 + ControlNet; FLUX.2 [klein]: issue 11's
+contract) read off shape records measured in a run."""
 
 from __future__ import annotations
 
@@ -36,6 +37,21 @@ SD3_CONTROLNET_BOUNDARIES = [
     ("ControlNet residual 22 of 23", "controlnet.residual[22]"),
     ("transformer output (x2 batch under CFG)", "transformer.output"),
     ("guided velocity", "velocity.guided"),
+    ("decoded image", "decoded_image"),
+]
+
+KLEIN_BOUNDARIES = [
+    ("Qwen3 token ids (chat template, 512)", "qwen3.input_ids"),
+    ("Qwen3 states 9/18/27 stacked", "prompt_embeds"),
+    ("source latents (2x2 patches, BatchNorm-normalised)", "source_latents"),
+    ("reference tokens (source at t=10, + reference image)", "reference_tokens"),
+    ("token mask (one value per 16x16 px)", "token_mask"),
+    ("noisy latent", "initial_noise"),
+    ("transformer input = cat(noisy, reference tokens)", "transformer.input"),
+    ("transformer output, kept tokens", "transformer.output.kept"),
+    ("txt_ids (t, h, w, l)", "txt_ids"),
+    ("img_ids (t, h, w, l)", "img_ids"),
+    ("unpacked latent for decode", "latent.unpacked"),
     ("decoded image", "decoded_image"),
 ]
 
@@ -82,7 +98,7 @@ def all_records(documents) -> list[dict]:
 
 
 # The boundary tables by the kind a node asks for (its record's "table", set by the node class).
-TABLES = {"flux_fill": FLUX_FILL_BOUNDARIES, "sd3_controlnet": SD3_CONTROLNET_BOUNDARIES}
+TABLES = {"flux_fill": FLUX_FILL_BOUNDARIES, "sd3_controlnet": SD3_CONTROLNET_BOUNDARIES, "klein": KLEIN_BOUNDARIES}
 DEFAULT_TABLE = "flux_fill"
 
 
