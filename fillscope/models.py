@@ -131,6 +131,18 @@ def fill_buffer(module, name: str, buf, qualified: str, device) -> None:
 
     if name.endswith("position_ids"):
         buf.copy_(torch.arange(buf.shape[-1], device=device).expand_as(buf))
+    elif name in ("inv_freq", "original_inv_freq") and hasattr(module, "rope_type") and hasattr(module, "config"):
+        # transformers' rotary embedding (Qwen3): the inverse frequencies its constructor computes from the config
+        if module.rope_type == "default":
+            inv_freq, _ = module.compute_default_rope_parameters(module.config)
+        else:
+            from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+            inv_freq, _ = ROPE_INIT_FUNCTIONS[module.rope_type](module.config, "cpu")
+        buf.copy_(inv_freq.to(buf.dtype))
+    elif isinstance(module, torch.nn.modules.batchnorm._BatchNorm) and name in ("running_mean", "running_var", "num_batches_tracked"):
+        # a BatchNorm's fresh statistics (the FLUX.2 VAE's latent normalisation): mean 0, variance 1, no batches
+        buf.fill_(1 if name == "running_var" else 0)
     elif name == "pos_embed" and hasattr(module, "base_size") and hasattr(module, "interpolation_scale"):
         # diffusers' PatchEmbed (SD3, the SD3 ControlNet): a fixed 2-D sin-cos grid of pos_embed_max_size^2 tokens
         from diffusers.models.embeddings import get_2d_sincos_pos_embed

@@ -15,7 +15,13 @@ Key names are never hand-written: they come, at test time, from ComfyUI's own co
   ``comfy.text_encoders.t5.T5`` built on the meta device with the tiny configs (standalone clip_l/clip_g/t5xxl
   files), and of ``comfy.text_encoders.sd3_clip.SD3ClipModel`` (what an SD3 checkpoint bundles);
 * scaled fp8: the parameter names ComfyUI's ``comfy.ops.scaled_fp8_ops`` gives a T5 (``scale_weight`` per
-  Linear) plus its ``scaled_fp8`` marker.
+  Linear) plus its ``scaled_fp8`` marker;
+* FLUX.2 [klein] BFL keys: the state dict of ComfyUI's own ``comfy.ldm.flux.model.Flux`` in its flux2 mode, mapped
+  to diffusers' names by running diffusers' ``convert_flux2_transformer_checkpoint_to_diffusers`` on tagged values;
+  the FLUX.2 VAE: ComfyUI's VAE converter, with the quant convs inside encoder/decoder as BFL's flux2-vae.safetensors
+  has them, checked against ComfyUI's AutoencoderKL with its BatchNorm latent; Qwen3: the keys of ComfyUI's
+  ``comfy.text_encoders.llama.Qwen3_4B``; ComfyUI's mixed-precision fp8 (``weight_scale`` / ``input_scale`` /
+  ``comfy_quant`` next to a float8 weight).
 
 Values a header cannot carry for tiny widths (attention heads, FLUX rope axes) go into the safetensors metadata
 under ``fillscope.config``, as FillScope reads them.
@@ -24,6 +30,7 @@ under ``fillscope.config``, as FillScope reads them.
 from __future__ import annotations
 
 import json
+import math
 import sys
 from functools import lru_cache
 from pathlib import Path
@@ -251,6 +258,138 @@ def sd3_checkpoint_state(components: dict, with_text_encoders: bool = True) -> d
         if strange:
             raise AssertionError(f"not keys of ComfyUI's SD3ClipModel: {strange[:5]}")
         out.update(model_config.process_clip_state_dict_for_saving(clip))
+    return out
+
+
+# ------------------------------------------------------------------------------------------------------------
+# FLUX.2 [klein]: transformer (BFL keys), FLUX.2 VAE (BFL/LDM keys), Qwen3 (ComfyUI text_encoders keys)
+# ------------------------------------------------------------------------------------------------------------
+
+
+def comfy_flux2(config: dict, device: str = "meta"):
+    """ComfyUI's own FLUX.2 model (comfy.ldm.flux.model.Flux with model_detection's flux2 settings) at the sizes of
+    a diffusers Flux2Transformer2DModel config: its state dict has the BFL key names."""
+    c = comfy()
+    import comfy.ldm.flux.model as flux_model
+
+    heads, head = config["num_attention_heads"], config["attention_head_dim"]
+    return flux_model.Flux(
+        image_model="flux2", dtype=torch.float32, device=device, operations=c.ops.disable_weight_init,
+        in_channels=config["in_channels"], out_channels=config.get("out_channels") or config["in_channels"],
+        vec_in_dim=None, context_in_dim=config["joint_attention_dim"], hidden_size=heads * head,
+        mlp_ratio=config["mlp_ratio"], num_heads=heads, depth=config["num_layers"],
+        depth_single_blocks=config["num_single_layers"], axes_dim=list(config["axes_dims_rope"]),
+        theta=config["rope_theta"], patch_size=1, qkv_bias=False, guidance_embed=config["guidance_embeds"],
+        global_modulation=True, mlp_silu_act=True, ops_bias=False)
+
+
+_TAG = 2.0**32
+
+
+def klein_bfl_map(config: dict) -> dict:
+    """BFL key -> [(diffusers key, flat positions in the BFL tensor)] for a Flux2Transformer2DModel config: every
+    value of ComfyUI's BFL state dict is tagged with (tensor index, position), diffusers' own converter is run on
+    the tags, and where each diffusers value came from is read back."""
+    from diffusers.loaders.single_file_utils import convert_flux2_transformer_checkpoint_to_diffusers
+
+    shapes = {k: tuple(v.shape) for k, v in comfy_flux2(config).state_dict().items()}
+    names = sorted(shapes)
+    tagged = {n: (torch.arange(math.prod(shapes[n]), dtype=torch.float64) + i * _TAG).reshape(shapes[n])
+              for i, n in enumerate(names)}
+    converted = convert_flux2_transformer_checkpoint_to_diffusers(dict(tagged))
+    out: dict = {n: [] for n in names}
+    for dk, tag in converted.items():
+        index = torch.div(tag, _TAG, rounding_mode="floor").long()
+        (i,) = index.unique().tolist()
+        out[names[i]].append((dk, (tag - i * _TAG).long().reshape(-1)))
+    for name, moves in out.items():
+        covered = torch.cat([pos for _, pos in moves]).sort().values if moves else torch.empty(0)
+        if not torch.equal(covered, torch.arange(math.prod(shapes[name]))):
+            raise AssertionError(f"diffusers' converter does not use every value of {name} exactly once")
+    return {n: (shapes[n], moves) for n, moves in out.items()}
+
+
+def klein_bfl_state(transformer) -> dict:
+    """A Flux2Transformer2DModel's weights under BFL keys (flux-2-klein-*.safetensors): the inverse of diffusers'
+    converter, as klein_bfl_map reads it."""
+    sd = transformer.state_dict()
+    plan = klein_bfl_map(dict(transformer.config))
+    used = {dk for _, moves in plan.values() for dk, _ in moves}
+    if used != set(sd):
+        raise AssertionError(f"diffusers' converter and the model disagree: {sorted(used ^ set(sd))[:6]}")
+    out = {}
+    for name, (shape, moves) in plan.items():
+        first = sd[moves[0][0]]
+        flat = torch.empty(math.prod(shape), dtype=first.dtype)
+        for dk, pos in moves:
+            flat[pos] = sd[dk].reshape(-1)
+        out[name] = flat.reshape(shape)
+    return out
+
+
+def flux2_vae_bfl_state(vae, num_batches_tracked: bool = False) -> dict:
+    """An AutoencoderKLFlux2's weights as BFL's flux2-vae.safetensors has them: LDM keys (ComfyUI's converter), the
+    quant convs inside encoder/decoder, the BatchNorm running statistics; checked against ComfyUI's own
+    AutoencoderKL with its BatchNorm latent (after the prefix move ComfyUI makes on loading)."""
+    c = comfy()
+    from comfy.ldm.models.autoencoder import AutoencoderKL
+
+    sd = {k: v for k, v in vae.state_dict().items() if num_batches_tracked or not k.endswith("num_batches_tracked")}
+    ldm = c.diffusers_convert.convert_vae_state_dict(sd)
+    cfg = vae.config
+    ddconfig = {"double_z": True, "z_channels": cfg.latent_channels, "resolution": 256, "in_channels": cfg.in_channels,
+                "out_ch": cfg.out_channels, "ch": cfg.block_out_channels[0], "num_res_blocks": cfg.layers_per_block,
+                "ch_mult": [b // cfg.block_out_channels[0] for b in cfg.block_out_channels], "attn_resolutions": [],
+                "dropout": 0.0, "batch_norm_latent": True}
+    with torch.device("meta"):
+        want = set(AutoencoderKL(ddconfig=ddconfig, embed_dim=cfg.latent_channels).state_dict())
+    if not num_batches_tracked:
+        want.discard("bn.num_batches_tracked")
+    if set(ldm) != want:
+        raise AssertionError(f"FLUX.2 VAE keys differ from ComfyUI's model: {sorted(set(ldm) ^ want)[:6]}")
+    nest = {"quant_conv.": "encoder.quant_conv.", "post_quant_conv.": "decoder.post_quant_conv."}
+    return {next((nest[p] + k[len(p):] for p in nest if k.startswith(p)), k): v for k, v in ldm.items()}
+
+
+def qwen3_comfy_state(model, lm_head: bool = False) -> dict:
+    """A transformers Qwen3 (Qwen3ForCausalLM or Qwen3Model) under the keys of ComfyUI's qwen_3_*.safetensors (the
+    state dict of comfy.text_encoders.llama.Qwen3_4B, whose body is Llama2_ under 'model.', at the model's sizes),
+    with the LM head when asked."""
+    c = comfy()
+    import comfy.text_encoders.llama as llama
+
+    cfg = model.config
+    sizes = {k: getattr(cfg, k) for k in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                                          "num_attention_heads", "num_key_value_heads", "rms_norm_eps")}
+    config = llama.Qwen3_4BConfig(**sizes)
+    config.head_dim = cfg.head_dim  # a class attribute of ComfyUI's config, not a field
+    body = llama.Llama2_(config, device="meta", dtype=torch.float32, ops=c.ops.disable_weight_init)  # Qwen3_4B.model
+    want = {"model." + k for k in body.state_dict()}
+    sd = model.state_dict()
+    out = {("" if k.startswith("model.") or k.startswith("lm_head.") else "model.") + k: v for k, v in sd.items()}
+    head = out.pop("lm_head.weight", None)
+    if set(out) != want:
+        raise AssertionError(f"Qwen3 keys differ from ComfyUI's Qwen3_4B: {sorted(set(out) ^ want)[:6]}")
+    if lm_head:
+        out["lm_head.weight"] = (head if head is not None else sd["embed_tokens.weight"]).clone()
+    return out
+
+
+def fp8_mixed(state: dict, quantise) -> dict:
+    """ComfyUI's mixed-precision fp8 (*_fp8mixed.safetensors): the weights `quantise(key)` picks become
+    float8_e4m3fn / per-tensor `weight_scale` (absmax / 448), with an `input_scale` and a `comfy_quant` layer
+    description next to them; the rest stay bf16."""
+    out = {}
+    for key, v in state.items():
+        if key.endswith(".weight") and v.dim() == 2 and quantise(key):
+            base = key[: -len("weight")]
+            scale = v.abs().max().clamp(min=1e-12).float() / 448.0
+            out[key] = (v.float() / scale).to(torch.float8_e4m3fn)
+            out[base + "weight_scale"] = scale.reshape(())
+            out[base + "input_scale"] = torch.ones(())
+            out[base + "comfy_quant"] = torch.tensor(list(json.dumps({"format": "float8_e4m3fn"}).encode()), dtype=torch.uint8)
+        else:
+            out[key] = v.to(torch.bfloat16) if v.is_floating_point() else v
     return out
 
 

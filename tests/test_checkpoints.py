@@ -468,7 +468,8 @@ print(json.dumps(out))
     assert "the FillScope Load SD3 Inpaint ControlNet loader takes the alimama-creative" in msgs[-1]
     assert "the FillScope Load CLIP-L loader takes a CLIP-L text encoder" in msgs[1]
     assert ("the FillScope Load FLUX.1 Fill Transformer loader takes" in sdxl
-            and "load it with ComfyUI's Load Checkpoint node (FillScope runs FLUX.1 Fill and SD3/SD3.5 only)." in sdxl)
+            and "load it with ComfyUI's Load Checkpoint node (FillScope runs FLUX.1 Fill, SD3/SD3.5 and FLUX.2 [klein] only)."
+            in sdxl)
 
 
 # ------------------------------------------------------------------------------------------------------------

@@ -10,11 +10,12 @@ from ..fp8 import enable_fp8_compute, is_fp8, nonfinite_count, report_compute_dt
 from ..models import (
     build_on_meta, check_component_config, fill_buffer, key_list, n_tensors, retie, tied_groups, torch_dtype,
 )
-from ..specs import COMPONENTS
-from .convert import IGNORED_KEYS, convert_part
+from ..specs import COMPONENTS, qwen3_kept_config
+from .convert import IGNORED_KEYS, UNUSED_QUANT_SUFFIXES, WEIGHT_SCALE_SUFFIXES, convert_part
 from .detect import sniff
 from .header import DTYPE_NAMES, FP8_CODES, unreadable
 from .info import CheckpointInfo, Part
+from .klein import qwen3_skipped
 from .shapes import HINT_KEY
 from .wrong_kind import wrong_kind_error
 
@@ -101,8 +102,8 @@ def _to_model_names(info: CheckpointInfo, part: Part, model, state: dict, ties: 
 # by the values they hold. Legitimately extra there: an LDM VAE's training leftovers (loss.*, model_ema.*),
 # ComfyUI's fp8 scales (used to dequantise), IGNORED_KEYS.
 LEFTOVER_PREFIXES = ("loss.", "model_ema.")
-_SCALE_SUFFIXES = ("scale_weight", "scale_input", "scaled_fp8")
-LDM_GROUPS = ("encoder.", "decoder.", "quant_conv.", "post_quant_conv.")
+_SCALE_SUFFIXES = WEIGHT_SCALE_SUFFIXES + UNUSED_QUANT_SUFFIXES
+LDM_GROUPS = ("encoder.", "decoder.", "quant_conv.", "post_quant_conv.", "bn.")
 
 
 def _counted(key: str) -> bool:
@@ -150,12 +151,17 @@ def load_part(info: CheckpointInfo, part: Part, *, dtype: str, device: str, inpu
 
     kind = part.component
     config = dict(part.config)
-    if kind == "flux_fill_transformer" and config.get("axes_dims_rope") is None:
+    skip: tuple = ()
+    if kind == "qwen3":  # the layers klein reads, no LM head: the file's other tensors are never read
+        config = qwen3_kept_config(config)
+        skip = qwen3_skipped(part, config["num_hidden_layers"])
+    if kind in ("flux_fill_transformer", "klein_transformer") and config.get("axes_dims_rope") is None:
+        family, axes = ("FLUX.1", "[16, 56, 56]") if kind == "flux_fill_transformer" else ("FLUX.2 [klein]", "[32, 32, 32, 32]")
         raise FillScopeInputError(
             input_name,
-            f"'{info.name}' has attention heads of width {config['attention_head_dim']} (FLUX.1 has 128), so its rope "
+            f"'{info.name}' has attention heads of width {config['attention_head_dim']} ({family} has 128), so its rope "
             "axes cannot be inferred.",
-            f"add the rope axes to the file's safetensors metadata under '{HINT_KEY}' (e.g. {{\"axes_dims_rope\": [16, 56, 56]}}).",
+            f"add the rope axes to the file's safetensors metadata under '{HINT_KEY}' (e.g. {{\"axes_dims_rope\": {axes}}}).",
         )
     spec = COMPONENTS[kind]
     class_name = part.class_name or spec.class_name
@@ -167,6 +173,8 @@ def load_part(info: CheckpointInfo, part: Part, *, dtype: str, device: str, inpu
     target.update({name: b for name, b in model.named_buffers()})
     names = [k for k in info.tensors if k.startswith(part.prefix)] if part.prefix else [
         k for k in info.tensors if not (part.component == "t5_xxl" and k.startswith(("decoder.", "lm_head.")))]
+    skipped = [k for k in names if k.startswith(skip)] if skip else []
+    names = [k for k in names if not k.startswith(skip)] if skip else names
     tensors = _read_tensors(info, names, device, input_name)
     try:
         state, scales, notes = convert_part(part, tensors, config, td)
@@ -210,6 +218,10 @@ def load_part(info: CheckpointInfo, part: Part, *, dtype: str, device: str, inpu
         raise FillScopeInputError(input_name, f"'{info.name}' lacks {len(left)} tensors (e.g. {left[0]}).",
                                   "use the complete published file.")
     facts = {}
+    if skipped:
+        facts["layers"] = (f"{config['num_hidden_layers']} of the file's {part.config['num_hidden_layers']} built and loaded "
+                           f"(the hidden states FLUX.2 [klein] reads come from them); {n_tensors(len(skipped))} of later "
+                           "layers and the LM head never read")
     if fp8_names:
         scale_map = {n: s for n, s in scales.items() if n in fp8_names}
         stats = enable_fp8_compute(model, compute, scale_map)

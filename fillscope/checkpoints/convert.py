@@ -1,8 +1,10 @@
 """File tensors -> the model's state dict: key plans and converters per on-disk layout.
 
-FLUX BFL keys: the plan in `flux_bfl_plan`, widths read from the weights; SAI MMDiT keys and LDM VAE keys:
-diffusers' own converters; CLIP/T5 transformers keys: renamed in place. fp8 tensors stay fp8 (converters that
-cannot handle them see uint8 views); scaled fp8 files bring per-tensor scales, returned separately.
+FLUX.1 and FLUX.2 [klein] BFL keys: the plans in `flux_bfl_plan` / `klein_bfl_plan`, widths read from the weights;
+SAI MMDiT keys and LDM VAE keys: diffusers' own converters (the FLUX.2 VAE's quant convs lifted out of encoder/decoder
+first, its BatchNorm statistics kept); CLIP/T5/Qwen3 transformers keys: renamed in place. fp8 tensors stay fp8
+(converters that cannot handle them see uint8 views); ComfyUI's scaled fp8 files (`scale_weight`, and the mixed-
+precision `weight_scale`) bring per-tensor scales, returned separately.
 """
 
 from __future__ import annotations
@@ -78,6 +80,52 @@ def flux_bfl_plan(tensors: dict, prefix: str = "") -> list[Move]:
     return [Move(prefix + m.src, m.dst, m.rows, m.swap) for m in plan]
 
 
+def klein_bfl_plan(tensors: dict, prefix: str = "") -> list[Move]:
+    """The FLUX.2 BFL -> diffusers (Flux2Transformer2DModel) key plan, as diffusers'
+    convert_flux2_transformer_checkpoint_to_diffusers does it, with the widths read from the weights: the double
+    blocks' fused qkv [3W, W] splits into q/k/v rows; the single blocks' linear1 (qkv + SwiGLU input) and linear2
+    stay fused (diffusers keeps them fused too); the final modulation swaps its (shift, scale) halves."""
+    k = Keys(tensors, prefix)
+    w = k.shape("img_in.weight")[0]
+    plan: list[Move] = []
+
+    def add(src, dst, rows=None, swap=False):
+        for end in ("weight", "bias"):
+            if k.has(f"{src}.{end}"):
+                plan.append(Move(f"{src}.{end}", f"{dst}.{end}", rows, swap))
+
+    for i in range(k.count("double_blocks.")):
+        s, d = f"double_blocks.{i}", f"transformer_blocks.{i}"
+        for src, dsts in (("img_attn.qkv", ("to_q", "to_k", "to_v")), ("txt_attn.qkv", ("add_q_proj", "add_k_proj", "add_v_proj"))):
+            for j, dst in enumerate(dsts):
+                add(f"{s}.{src}", f"{d}.attn.{dst}", (j * w, (j + 1) * w))
+        for src, dst in (("img_attn.proj", "attn.to_out.0"), ("txt_attn.proj", "attn.to_add_out"),
+                         ("img_mlp.0", "ff.linear_in"), ("img_mlp.2", "ff.linear_out"),
+                         ("txt_mlp.0", "ff_context.linear_in"), ("txt_mlp.2", "ff_context.linear_out")):
+            add(f"{s}.{src}", f"{d}.{dst}")
+        for src, dst in (("img_attn.norm.query_norm", "attn.norm_q"), ("img_attn.norm.key_norm", "attn.norm_k"),
+                         ("txt_attn.norm.query_norm", "attn.norm_added_q"), ("txt_attn.norm.key_norm", "attn.norm_added_k")):
+            plan.append(Move(f"{s}.{src}.scale", f"{d}.{dst}.weight"))
+    for i in range(k.count("single_blocks.")):
+        s, d = f"single_blocks.{i}", f"single_transformer_blocks.{i}"
+        add(f"{s}.linear1", f"{d}.attn.to_qkv_mlp_proj")
+        add(f"{s}.linear2", f"{d}.attn.to_out")
+        plan.append(Move(f"{s}.norm.query_norm.scale", f"{d}.attn.norm_q.weight"))
+        plan.append(Move(f"{s}.norm.key_norm.scale", f"{d}.attn.norm_k.weight"))
+    for src, dst in (("img_in", "x_embedder"), ("txt_in", "context_embedder"),
+                     ("time_in.in_layer", "time_guidance_embed.timestep_embedder.linear_1"),
+                     ("time_in.out_layer", "time_guidance_embed.timestep_embedder.linear_2"),
+                     ("guidance_in.in_layer", "time_guidance_embed.guidance_embedder.linear_1"),
+                     ("guidance_in.out_layer", "time_guidance_embed.guidance_embedder.linear_2"),
+                     ("double_stream_modulation_img.lin", "double_stream_modulation_img.linear"),
+                     ("double_stream_modulation_txt.lin", "double_stream_modulation_txt.linear"),
+                     ("single_stream_modulation.lin", "single_stream_modulation.linear"),
+                     ("final_layer.linear", "proj_out")):
+        add(src, dst)
+    add("final_layer.adaLN_modulation.1", "norm_out.linear", swap=True)
+    return [Move(prefix + m.src, m.dst, m.rows, m.swap) for m in plan]
+
+
 def _swap_halves(t):
     import torch
 
@@ -100,19 +148,44 @@ def _via_uint8(convert, tensors: dict) -> dict:
     return {k: (v.view(dt) if v.dtype == torch.uint8 else v) for k, v in out.items()}
 
 
+# ComfyUI's fp8 files: per-tensor weight scales (scaled fp8: `x.scale_weight`; mixed precision, e.g. the
+# *_fp8mixed text encoders: `x.weight_scale`), and entries that computing in bf16 does not use (activation scales
+# for fp8 matmuls, the scaled-fp8 marker, the mixed-precision layer descriptions).
+WEIGHT_SCALE_SUFFIXES = (".scale_weight", ".weight_scale")
+UNUSED_QUANT_SUFFIXES = ("scaled_fp8", ".scale_input", ".input_scale", ".comfy_quant")
+
+
 def _scales(tensors: dict) -> tuple[dict, dict]:
-    """ComfyUI's scaled fp8: (weights without the scale tensors, {weight key: scale}). `scale_input` is an
-    activation scale for fp8 matmuls; computing in bf16 does not use it."""
+    """ComfyUI's scaled fp8: (weights without the scale tensors, {weight key: scale}). Only per-tensor scales are
+    read: block-wise ones (and NVFP4's second-level `weight_scale_2`) are refused."""
     scales = {}
     rest = {}
     for key, t in tensors.items():
-        if key.endswith("scaled_fp8") or key.endswith(".scale_input"):
+        if key.endswith(UNUSED_QUANT_SUFFIXES):
             continue
-        if key.endswith(".scale_weight"):
-            scales[key[: -len("scale_weight")] + "weight"] = t
+        if key.endswith(".weight_scale_2"):
+            raise ValueError(f"'{key}' is a second-level (NVFP4) weight scale; FillScope reads float8 weights with "
+                             "per-tensor scales only")
+        suffix = next((x for x in WEIGHT_SCALE_SUFFIXES if key.endswith(x)), None)
+        if suffix is not None:
+            if t.numel() != 1:
+                raise ValueError(f"'{key}' holds {t.numel()} scales (a block-wise quantisation); FillScope reads "
+                                 "float8 weights with per-tensor scales only")
+            scales[key[: -len(suffix)] + ".weight"] = t
             continue
         rest[key] = t
     return rest, scales
+
+
+def lift_quant_convs(tensors: dict) -> dict:
+    """The FLUX.2 VAE file keeps its quant convs inside encoder/decoder (BFL layout); the LDM converter wants them
+    at the top, as FLUX.1's ae.safetensors has them (ComfyUI moves them the same way)."""
+    moves = {"encoder.quant_conv.": "quant_conv.", "decoder.post_quant_conv.": "post_quant_conv."}
+    out = {}
+    for key, t in tensors.items():
+        old = next((o for o in moves if key.startswith(o)), None)
+        out[moves[old] + key[len(old):] if old else key] = t
+    return out
 
 
 def _dequantize(tensors: dict, scales: dict, dtype) -> dict:
@@ -126,7 +199,7 @@ def convert_part(part: Part, tensors: dict, config: dict, dtype) -> tuple[dict, 
     local = {key[len(p):]: t for key, t in tensors.items()}
     local, scales = _scales(local)
     if part.layout == "bfl":
-        plan = flux_bfl_plan(local)
+        plan = klein_bfl_plan(local) if part.component == "klein_transformer" else flux_bfl_plan(local)
         out, out_scales = {}, {}
         for m in plan:
             t = local[m.src]
@@ -152,7 +225,14 @@ def convert_part(part: Part, tensors: dict, config: dict, dtype) -> tuple[dict, 
 
         if scales:
             local = _dequantize(local, scales, dtype)
-        return _via_uint8(lambda d: convert_ldm_vae_checkpoint(d, config), local), {}, notes
+        local = lift_quant_convs(local)
+        out = _via_uint8(lambda d: convert_ldm_vae_checkpoint(d, config), local)
+        out.update({k: t for k, t in local.items() if k.startswith("bn.")})  # the FLUX.2 VAE's latent statistics
+        return out, {}, notes
+    if part.component == "qwen3":
+        # ComfyUI's qwen_3_*.safetensors (and CausalLM saves) wrap the body in 'model.'; Qwen3Model has no wrapper
+        return ({k.removeprefix("model."): t for k, t in local.items() if not IGNORED_KEYS.search(k)},
+                {k.removeprefix("model."): v for k, v in scales.items()}, notes)
     if part.component in ("clip_l", "clip_g"):
         out = {}
         for key, t in local.items():

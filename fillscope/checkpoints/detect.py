@@ -12,15 +12,17 @@ from ..errors import FillScopeInputError
 from ..specs import shipped_config
 from .flux import flux_info
 from .header import read_header, require_file
-from .info import CheckpointInfo, Part, describe_dtype, loaded_as
+from .info import RUNS_ONLY, CheckpointInfo, Part, describe_dtype
+from .info import elsewhere as _elsewhere
+from .info import loads as _loads
+from .klein import flux2_family, llm_encoder
 from .sd3 import sd3_info
 from .shapes import Keys, apply_hints, hints_for, read_hints
 from .text_encoders import clip_info, clip_part, t5_part, text_encoder_parts
 from .vae import vae_parts
 
-RUNS_ONLY = "FillScope runs FLUX.1 Fill and SD3/SD3.5 only"
-LOADS_ONLY = ("it loads FLUX.1 Fill, SD3/SD3.5, the alimama inpainting ControlNet, their 16-channel VAEs and "
-              "CLIP-L / CLIP-G / T5-XXL")
+LOADS_ONLY = ("it loads FLUX.1 Fill, SD3/SD3.5, the alimama inpainting ControlNet, their 16-channel VAEs, "
+              "CLIP-L / CLIP-G / T5-XXL, and FLUX.2 [klein] 4B/9B with Qwen3-4B/8B and the FLUX.2 VAE")
 
 
 def sniff(path, input_name: str = "source") -> CheckpointInfo:
@@ -39,15 +41,6 @@ def _sniff_cached(path: str, size: int, mtime: int) -> CheckpointInfo:
     tensors, metadata = read_header(Path(path))
     kind, what, parts, take_with, why = classify(tensors, read_hints(metadata), metadata)
     return CheckpointInfo(Path(path), size, tensors, metadata, kind, what, parts, take_with, why)
-
-
-def _elsewhere(kind: str, what: str, loader: str, why: str = ""):
-    """A file no FillScope loader takes: `loader` is an OTHER_LOADERS key."""
-    return kind, what, [], ((loader,),), why
-
-
-def _loads(kind: str, what: str, parts: list):
-    return kind, what, parts, loaded_as(parts), ""
 
 
 def _lora_kind(tensors: dict) -> str | None:
@@ -90,6 +83,9 @@ def _whole_checkpoint(tensors: dict, hints: dict, dm: str):
     keys = list(tensors)
     dtype = describe_dtype(tensors)
     k = Keys(tensors, dm)
+    found = flux2_family(tensors, hints, dm)
+    if found is not None:
+        return found
     if k.has("input_blocks.0.0.weight"):
         if k.has("label_emb.0.0.weight") or any(x.startswith("conditioner.embedders.1.") for x in keys):
             return _elsewhere("sdxl_checkpoint", f"an SDXL checkpoint (UNet + VAE + CLIP-L + CLIP-G, {dtype})",
@@ -127,12 +123,14 @@ def _whole_checkpoint(tensors: dict, hints: dict, dm: str):
 
 
 def _transformer(tensors: dict, hints: dict, metadata: dict):
-    """FLUX.1 (BFL or diffusers keys), FLUX.2 and Chroma (named), SD3 MMDiTs and SD3 ControlNets."""
+    """FLUX.1 (BFL or diffusers keys), FLUX.2 [klein] (klein.py; FLUX.2 [dev], Z-Image, Qwen-Image named), Chroma
+    (named), SD3 MMDiTs and SD3 ControlNets."""
     keys = list(tensors)
     dtype = describe_dtype(tensors)
     k0 = Keys(tensors)
-    if k0.has("double_stream_modulation_img.lin.weight"):
-        return _elsewhere("flux2_transformer", f"a FLUX.2 transformer ({dtype})", "diffusion_model")
+    found = flux2_family(tensors, hints)
+    if found is not None:
+        return found
     if any(x.startswith("distilled_guidance_layer.") for x in keys):
         return _elsewhere("chroma_transformer", f"a Chroma transformer ({dtype})", "diffusion_model")
     for layout, sig in (("bfl", "double_blocks.0.img_attn.qkv.weight"), ("diffusers", "single_transformer_blocks.0.proj_mlp.weight")):
@@ -186,8 +184,7 @@ def _unet(tensors: dict, hints: dict, metadata: dict):
     k0 = Keys(tensors)
     if k0.has("input_blocks.0.0.weight"):
         what = "an SDXL UNet" if k0.has("label_emb.0.0.weight") else "an SD1.x/SD2.x UNet"
-        return _elsewhere("unet", f"{what} ({describe_dtype(tensors)})", "diffusion_model",
-                          "FillScope runs FLUX.1 Fill and SD3 only")
+        return _elsewhere("unet", f"{what} ({describe_dtype(tensors)})", "diffusion_model", RUNS_ONLY)
     return None
 
 
@@ -200,6 +197,8 @@ def _vae(tensors: dict, hints: dict, metadata: dict):
             break
     if parts:
         keys = "LDM" if parts[0].layout == "ldm" else "diffusers"
+        if parts[0].component == "flux2_vae":
+            return _loads("flux2_vae", f"the FLUX.2 VAE ({keys} keys, 32 latent channels with BatchNorm statistics, {dtype})", parts)
         what = f"a 16-channel FLUX/SD3 VAE ({keys} keys, {dtype})"
         if len(parts) == 1:
             which = "FLUX" if parts[0].component == "flux_vae" else "SD3"
@@ -211,7 +210,8 @@ def _vae(tensors: dict, hints: dict, metadata: dict):
 
 
 def _text_encoder(tensors: dict, hints: dict, metadata: dict):
-    """CLIP (transformers or OpenCLIP keys), T5 encoders of every size, decoder-only LLM encoders, CLIP vision."""
+    """CLIP (transformers or OpenCLIP keys), T5 encoders of every size, decoder-only LLM encoders (klein.py: Qwen3
+    loads, the others are named), CLIP vision."""
     dtype = describe_dtype(tensors)
     k0 = Keys(tensors)
     for base in ("text_model.", ""):
@@ -222,8 +222,9 @@ def _text_encoder(tensors: dict, hints: dict, metadata: dict):
                           "FillScope reads CLIP in transformers keys: clip_l.safetensors / clip_g.safetensors")
     if k0.has("encoder.block.0.layer.0.SelfAttention.q.weight"):
         return _t5(k0, hints, dtype, scaled="scaled_fp8" in tensors)
-    if k0.has("model.layers.0.self_attn.q_proj.weight") or k0.has("model.embed_tokens.weight"):
-        return _elsewhere("llm", f"a decoder-only LLM text encoder (Llama/Qwen/Mistral-style, {dtype})", "text_encoder")
+    found = llm_encoder(tensors, hints)
+    if found is not None:
+        return found
     if any(x.startswith("vision_model.") for x in tensors):
         return _elsewhere("clip_vision", f"a CLIP vision encoder ({dtype})", "clip_vision")
     return None

@@ -12,6 +12,9 @@ from pathlib import Path
 
 from .header import DTYPE_NAMES
 
+# Why FillScope does not load a base model of another family.
+RUNS_ONLY = "FillScope runs FLUX.1 Fill, SD3/SD3.5 and FLUX.2 [klein] only"
+
 # Loaders other than FillScope's, by what they load; the text is what the engine says when nobody names them.
 OTHER_LOADERS = {
     "checkpoint": "a whole-checkpoint loader outside FillScope",
@@ -36,6 +39,16 @@ class Part:
     config: dict  # the component's config, inferred from the shapes
     class_name: str | None = None  # when it differs from COMPONENTS[component].class_name
     notes: list = field(default_factory=list)
+
+
+def elsewhere(kind: str, what: str, loader: str, why: str = ""):
+    """The classification of a file no FillScope loader takes: `loader` is an OTHER_LOADERS key."""
+    return kind, what, [], ((loader,),), why
+
+
+def loads(kind: str, what: str, parts: list):
+    """The classification of a file FillScope loads: its parts."""
+    return kind, what, parts, loaded_as(parts), ""
 
 
 def loaded_as(parts: list) -> tuple:

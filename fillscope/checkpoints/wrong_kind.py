@@ -26,6 +26,11 @@ WANTS = {
     "sd3_vae": "a 16-channel SD3/FLUX VAE (an SD3 checkpoint's first_stage_model, or a standalone VAE file)",
     "sd3_transformer": "an SD3 / SD3.5 MMDiT (sd3_medium.safetensors, sd3.5_medium.safetensors, sd3.5_large.safetensors)",
     "sd3_controlnet": "the alimama-creative SD3 inpainting ControlNet (diffusers keys, 16 latent + 1 mask input channels)",
+    "klein_transformer": "a FLUX.2 [klein] 4B or 9B transformer (flux-2-klein-4b.safetensors, flux-2-klein-base-4b, "
+                         "flux-2-klein-9b, flux-2-klein-base-9b: width 3072 or 4096)",
+    "qwen3": "a Qwen3-4B or Qwen3-8B text encoder (qwen_3_4b.safetensors for klein 4B, qwen_3_8b.safetensors for klein 9B, "
+             "or their fp8mixed versions)",
+    "flux2_vae": "the FLUX.2 VAE (flux2-vae.safetensors: 32 latent channels with BatchNorm statistics)",
 }
 
 
