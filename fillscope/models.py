@@ -290,6 +290,18 @@ def check_component_config(kind: str, config: dict, input_name: str, where: Path
                 f"'{where}' has latent scaling {config.get('scaling_factor')}, the {other.upper()} VAE's, not the {spec.title}'s ({want}).",
                 f"set the VAE loader's kind to {other}, or select the matching repository.",
             )
+    if kind == "klein_transformer" and config.get("num_attention_heads", 0) * config.get("attention_head_dim", 0) == 6144:
+        raise FillScopeInputError(
+            input_name,
+            f"'{where}' is the FLUX.2 [dev] transformer (48 heads x 128, Mistral text encoder), not FLUX.2 [klein].",
+            "select a klein 4B or 9B repository (black-forest-labs/FLUX.2-klein-4B, -9B, or their base models).",
+        )
+    if kind == "qwen3":
+        arch = (config.get("architectures") or ["Qwen3ForCausalLM"])[0]
+        if arch not in ("Qwen3ForCausalLM", "Qwen3Model"):
+            raise FillScopeInputError(
+                input_name, f"'{where}' holds a {arch} ({config.get('model_type', 'another model')}), not Qwen3.",
+                "select the text_encoder of a klein repository (Qwen3-4B for klein 4B, Qwen3-8B for 9B).")
     if kind == "sd3_controlnet" and config.get("extra_conditioning_channels", 0) != 1:
         raise FillScopeInputError(
             input_name,

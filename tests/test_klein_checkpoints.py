@@ -419,3 +419,19 @@ def test_block_wise_fp8_scales_are_refused_naming_the_tensor(klein, tmp_path):
     with pytest.raises(FillScopeInputError) as e:
         _load("qwen3", cf.save(tmp_path / "qwen_blockwise.safetensors", sd), dtype="bf16")
     assert f"'{key}' holds 4 scales (a block-wise quantisation)" in str(e.value)
+
+
+def test_folder_configs_of_flux2_dev_and_other_encoders_are_refused_by_name(tmp_path):
+    from fillscope.errors import FillScopeInputError
+    from fillscope.models import check_component_config
+    from fillscope.specs import shipped_config
+
+    klein = {**shipped_config("klein_transformer"), "_class_name": "Flux2Transformer2DModel"}
+    dev = {**klein, "num_attention_heads": 48, "joint_attention_dim": 15360}
+    with pytest.raises(FillScopeInputError, match=r"FLUX.2 \[dev\] transformer"):
+        check_component_config("klein_transformer", dev, "transformer source", tmp_path)
+    qwen_vl = {"architectures": ["Qwen2_5_VLForConditionalGeneration"], "model_type": "qwen2_5_vl"}
+    with pytest.raises(FillScopeInputError, match="Qwen2_5_VLForConditionalGeneration"):
+        check_component_config("qwen3", qwen_vl, "qwen3 source", tmp_path)
+    check_component_config("klein_transformer", {**klein, "num_attention_heads": 32}, "t", tmp_path)
+    check_component_config("qwen3", {"architectures": ["Qwen3ForCausalLM"]}, "q", tmp_path)
