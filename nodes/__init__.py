@@ -4,6 +4,7 @@ calls the engine in ../fillscope."""
 
 def all_nodes() -> list:
     # lazy: the node modules import comfy_api, present only once ComfyUI calls comfy_entrypoint
-    from . import flux_fill, image, inspect, loaders, sd3_inpaint, text, trace
+    from . import flux_fill, image, inspect, klein, loaders, sd3_inpaint, text, trace
 
-    return [*loaders.NODES, *text.NODES, *flux_fill.NODES, *sd3_inpaint.NODES, *image.NODES, *inspect.NODES, *trace.NODES]
+    return [*loaders.NODES, *text.NODES, *flux_fill.NODES, *sd3_inpaint.NODES, *klein.NODES,
+            *image.NODES, *inspect.NODES, *trace.NODES]

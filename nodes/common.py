@@ -30,8 +30,12 @@ SD3Text = io.Custom("FS_SD3_TEXT")
 FillCondition = io.Custom("FS_FILL_CONDITION")
 SD3Condition = io.Custom("FS_SD3_CONDITION")
 Latent = io.Custom("FS_LATENT")
+Qwen3 = io.Custom("FS_QWEN3")
+KleinModel = io.Custom("FS_KLEIN_MODEL")
+KleinText = io.Custom("FS_KLEIN_TEXT")
+KleinCondition = io.Custom("FS_KLEIN_CONDITION")
 # The sockets that carry a loaded model: a node's inputs of these types are on the device while it runs.
-MODELS = (ClipL, T5, FluxFillModel, Vae, ClipG, SD3Model, SD3ControlNet)
+MODELS = (ClipL, T5, FluxFillModel, Vae, ClipG, SD3Model, SD3ControlNet, Qwen3, KleinModel)
 
 SOURCE_META, SOURCE_PLACEHOLDER = META, PLACEHOLDER  # the engine's weight-source names
 DTYPES = ["bf16", "fp16", "fp32"]
@@ -131,6 +135,9 @@ FILE_FOLDERS = {
     "flux_vae": ("vae",),
     "sd3_vae": ("vae",),
     "sd3_controlnet": ("controlnet",),
+    "qwen3": ("text_encoders",),
+    "klein_transformer": ("diffusion_models",),
+    "flux2_vae": ("vae",),
 }
 CHECKPOINT_PARTS = {"clip_l", "clip_g", "t5_xxl", "flux_fill_transformer", "sd3_transformer", "flux_vae", "sd3_vae"}
 ALL_FILE_FOLDERS = ("diffusion_models", "text_encoders", "vae", "controlnet", "checkpoints")
@@ -400,12 +407,15 @@ def record_sampler_result(rec, out, model) -> None:
         rec.note("meta weights: shapes only, no values")
 
 
+TOKENIZER_FOLDERS = {"clip": "sd1_tokenizer", "t5": "text_encoders/t5_tokenizer",
+                     "qwen": "text_encoders/qwen25_tokenizer"}  # Qwen's BPE: the engine adds Qwen3's special tokens
+
+
 def tokenizer_folder(kind: str) -> Path:
-    """ComfyUI's own tokenizer files, used when the weights carry none (placeholder, meta)."""
+    """ComfyUI's own tokenizer files, used when the weights carry none (placeholder, meta, single files)."""
     import comfy.utils  # comfy is a namespace package: locate it through a module inside it
 
-    root = Path(comfy.utils.__file__).parent
-    return root / ("sd1_tokenizer" if kind == "clip" else "text_encoders/t5_tokenizer")
+    return Path(comfy.utils.__file__).parent / TOKENIZER_FOLDERS[kind]
 
 
 def progress_callback(total: int):

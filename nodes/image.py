@@ -19,7 +19,8 @@ class VAEDecode(FillScopeNode):
             node_id="FillScopeVAEDecode",
             display_name="FillScope VAE Decode",
             category=c.CATEGORY + "/image",
-            description="Unscales the latent (z / scale + shift), decodes, and returns the image at the input's size.",
+            description=("Undoes the latent's normalisation (FLUX/SD3: z / scale + shift; FLUX.2 [klein]: its BatchNorm "
+                         "statistics), decodes, and returns the image at the input's size."),
             inputs=[c.Vae.Input("vae"), c.Latent.Input("latent")],
             outputs=[io.Image.Output("image"), c.shapes_output()],
         )

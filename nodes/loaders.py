@@ -10,15 +10,16 @@ from comfy_api.latest import io
 from ..fillscope.checkpoints import WrongKindError
 from ..fillscope.fp8 import store_blocks_in_fp8
 from ..fillscope.pipelines.flux_fill import load_flux_fill_transformer
+from ..fillscope.pipelines.klein import MODEL_TYPES, load_klein_transformer, resolve_distilled, transformer_variant
 from ..fillscope.pipelines.sd3_controlnet import (
     load_sd3_controlnet,
     load_sd3_transformer,
 )
 from ..fillscope.placement import RESIDENCY, resolve_policy
 from ..fillscope.specs import COMPONENTS
-from ..fillscope.text import load_clip_g, load_clip_l, load_t5
+from ..fillscope.text import load_clip_g, load_clip_l, load_qwen3, load_t5
 from ..fillscope.trace.records import ShapeRecorder
-from ..fillscope.vae import latent_format, load_vae
+from ..fillscope.vae import VAE_KINDS, latent_format, load_vae
 from ..fillscope.weights import count_parameters, resolve_device
 from . import common as c
 from . import memory as comfy_memory  # (the loaders' `memory` input shadows the module name)
@@ -203,17 +204,20 @@ class LoadFluxFillTransformer(_Loader):
 class LoadVAE(_Loader):
     NODE_ID = "FillScopeLoadVAE"
     DISPLAY = "FillScope Load VAE"
-    DESCRIPTION = "FLUX or SD3 autoencoder: 16 latent channels, 8x; FLUX scale 0.3611 / shift 0.1159, SD3 1.5305 / 0.0609."
-    SOURCE_TOOLTIP = "Where the VAE comes from (a repo's vae/, vae/ae.safetensors, or a checkpoint's VAE)."
+    DESCRIPTION = ("FLUX or SD3 autoencoder (16 latent channels, 8x; FLUX scale 0.3611 / shift 0.1159, SD3 1.5305 / "
+                   "0.0609) or the FLUX.2 autoencoder of klein (32 channels, 2x2 patches -> 128 at 16x, BatchNorm-normalised).")
+    SOURCE_TOOLTIP = ("Where the VAE comes from (a repo's vae/, vae/ae.safetensors, vae/flux2-vae.safetensors, or a "
+                      "checkpoint's VAE).")
     SOCKET = c.Vae
-    KINDS = ("flux_vae", "sd3_vae")
+    KINDS = ("flux_vae", "sd3_vae", "flux2_vae")
     OUTPUT = "vae"
 
     @classmethod
     def extra_inputs(cls):
-        return [io.Combo.Input("kind", options=["flux", "sd3"], default="flux",
-                               tooltip="Which VAE (its latent scale and shift). A folder's config must agree; a standalone "
-                                       "VAE file (same shapes for both) takes its scale and shift from this.")]
+        return [io.Combo.Input("kind", options=list(VAE_KINDS), default="flux",
+                               tooltip="Which VAE: flux (FLUX.1 Fill), sd3 (SD3 / SD3.5) or flux2 (FLUX.2 [klein]). A "
+                                       "folder's config must agree; a standalone flux/sd3 VAE file (same shapes for "
+                                       "both) takes its scale and shift from this.")]
 
     @classmethod
     def load(cls, source, **kw):
@@ -222,7 +226,10 @@ class LoadVAE(_Loader):
     @classmethod
     def describe(cls, rec, comp):
         fmt = latent_format(comp)
-        rec.fact("latent format", f"{fmt.channels} ch, z = (mean - {fmt.shift}) * {fmt.scale}")
+        if comp.kind == "flux2_vae":
+            rec.fact("latent format", f"{fmt.channels} ch at 1/{fmt.downscale} (32 ch x 2x2 patches), BatchNorm-normalised")
+        else:
+            rec.fact("latent format", f"{fmt.channels} ch, z = (mean - {fmt.shift}) * {fmt.scale}")
 
 
 class LoadCLIPG(_Loader):
@@ -288,7 +295,77 @@ class LoadSD3ControlNet(_Loader):
                            f"{cfg.get('in_channels', 16)} + {cfg.get('extra_conditioning_channels', 0)}")
 
 
-NODES = [LoadCLIPL, LoadCLIPG, LoadT5, LoadFluxFillTransformer, LoadSD3Transformer, LoadSD3ControlNet, LoadVAE]
+class LoadQwen3(_Loader):
+    NODE_ID = "FillScopeLoadQwen3"
+    DISPLAY = "FillScope Load Qwen3"
+    DESCRIPTION = ("Qwen3 text encoder of FLUX.2 [klein] (4B: Qwen3-4B, 9B: Qwen3-8B), built with the 28 layers klein "
+                   "reads and no LM head.")
+    SOURCE_TOOLTIP = ("Where the Qwen3 weights come from (a klein repo's text_encoder/, or text_encoders/qwen_3_4b."
+                      "safetensors / qwen_3_8b.safetensors).")
+    SOCKET = c.Qwen3
+    KINDS = ("qwen3",)
+    OUTPUT = "qwen3"
+
+    @classmethod
+    def extra_inputs(cls):
+        return [io.Combo.Input("variant", options=list(COMPONENTS["qwen3"].variants), default="qwen3-4b",
+                               tooltip="Topology for placeholder/meta: qwen3-4b for klein 4B, qwen3-8b for klein 9B; a "
+                                       "folder or file brings its own.")]
+
+    @classmethod
+    def load(cls, source, **kw):
+        return load_qwen3(source, tokenizer_fallback=c.tokenizer_folder("qwen"), **kw)
+
+    @classmethod
+    def describe(cls, rec, comp):
+        hidden = comp.config.get("hidden_size")
+        rec.fact("layers built", f"{comp.config.get('num_hidden_layers')} (hidden states 9, 18, 27 are read)")
+        rec.fact("text condition width", f"3 x {hidden} = {3 * hidden} (static-config)")
+
+
+class LoadKleinTransformer(_Loader):
+    NODE_ID = "FillScopeLoadKleinTransformer"
+    DISPLAY = "FillScope Load FLUX.2 [klein] Transformer"
+    DESCRIPTION = ("FLUX.2 [klein] transformer: 4B = 5 double + 20 single blocks (width 3072, text 7680), 9B = 8 + 24 "
+                   "(4096, text 12288); 128 latent channels per token.")
+    SOURCE_TOOLTIP = ("Where the klein transformer comes from (a klein repo's transformer/, or diffusion_models/"
+                      "flux-2-klein-4b.safetensors and the other published klein files).")
+    SOCKET = c.KleinModel
+    KINDS = ("klein_transformer",)
+    FP8_STORAGE = True
+    OUTPUT = "transformer"
+
+    @classmethod
+    def extra_inputs(cls):
+        return [
+            io.Combo.Input("variant", options=list(COMPONENTS["klein_transformer"].variants), default="klein-4b",
+                           tooltip="Topology for placeholder/meta (klein-4b or klein-9b); a folder or file brings its own."),
+            io.Combo.Input("model_type", options=list(MODEL_TYPES), default="auto",
+                           tooltip="distilled (flux-2-klein-4b/9b: 4 steps, no guidance) or base (flux-2-klein-base-*: "
+                                   "~50 steps, CFG 4 with a negative prompt). The weights cannot tell them apart: auto "
+                                   "reads a repository's model_index.json (is_distilled) and otherwise assumes distilled; "
+                                   "set base for a base file. The sampler's model_type can override this."),
+        ]
+
+    @classmethod
+    def load(cls, source, *, variant, model_type, **kw):
+        comp = load_klein_transformer(source, variant=variant, **kw)
+        comp.extras["model_type"] = model_type  # the sampler resolves it (resolve_distilled)
+        return comp
+
+    @classmethod
+    def describe(cls, rec, comp):
+        cfg = comp.config
+        rec.fact("blocks", f"{cfg.get('num_layers')} double + {cfg.get('num_single_layers')} single (static-config)")
+        rec.fact("variant", transformer_variant(cfg) or "own size (not klein 4B or 9B)")
+        distilled, why = resolve_distilled(comp, comp.extras["model_type"])
+        rec.fact("model type", f"{'distilled' if distilled else 'base'}, from {why}")
+        rec.static("text condition (per token)", [cfg.get("joint_attention_dim")], role="input")
+        rec.static("hidden_states (per token)", [cfg.get("in_channels")], role="input")
+
+
+NODES = [LoadCLIPL, LoadCLIPG, LoadT5, LoadFluxFillTransformer, LoadSD3Transformer, LoadSD3ControlNet, LoadVAE,
+         LoadQwen3, LoadKleinTransformer]
 
 # ComfyUI's own nodes for the files FillScope does not load, by the engine's neutral "what loads it" keys.
 COMFY_LOADERS = {

@@ -1,9 +1,10 @@
-"""Text encoding nodes: CLIP-L, T5-XXL, and the FLUX text condition that joins them."""
+"""Text encoding nodes: CLIP-L, CLIP-G, T5-XXL, the FLUX and SD3 text conditions that join them, Qwen3 (klein)."""
 
 from __future__ import annotations
 
 from comfy_api.latest import io
 
+from ..fillscope.pipelines.klein import QWEN3_MAX_LENGTH, encode_prompt
 from ..fillscope.text import (
     CLIP_MAX_LENGTH,
     encode_clip,
@@ -155,4 +156,35 @@ class SD3TextCondition(FillScopeNode):
         return cond
 
 
-NODES = [CLIPLEncode, CLIPGEncode, T5Encode, FluxTextCondition, SD3TextCondition]
+class Qwen3Encode(FillScopeNode):
+    title = "Qwen3 encode"
+    table = "klein"
+
+    @classmethod
+    def define_schema(cls):
+        return io.Schema(
+            node_id="FillScopeQwen3Encode",
+            display_name="FillScope Qwen3 Encode",
+            category=c.CATEGORY + "/text",
+            description=(
+                "FLUX.2 [klein]'s text condition: the prompt in Qwen3's chat template (thinking off), padded to 512 "
+                "tokens; hidden states 9, 18, 27 stacked per token -> [1, 512, 7680] (Qwen3-4B) / [1, 512, 12288] "
+                "(Qwen3-8B). Wire a second one (an empty prompt) to the sampler's negative for base models."
+            ),
+            inputs=[c.Qwen3.Input("qwen3"),
+                    io.String.Input("text", multiline=True, default="",
+                                    tooltip="The prompt: what to paint in the mask, or (edit) what to change.")],
+            outputs=[c.KleinText.Output("klein_text", display_name="klein_text"), c.shapes_output()],
+        )
+
+    @classmethod
+    def run(cls, rec, qwen3, text):
+        out = encode_prompt(qwen3, text, observe=rec.observe)
+        enc = out.encoded
+        rec.fact("prompt tokens (chat template)", f"{min(enc.real_tokens, QWEN3_MAX_LENGTH)} of {QWEN3_MAX_LENGTH}")
+        if enc.truncated:
+            rec.warn(f"prompt truncated to {QWEN3_MAX_LENGTH} Qwen3 tokens ({enc.given_tokens} with the chat template)")
+        return out
+
+
+NODES = [CLIPLEncode, CLIPGEncode, T5Encode, FluxTextCondition, SD3TextCondition, Qwen3Encode]

@@ -6,6 +6,7 @@ from __future__ import annotations
 from comfy_api.latest import io
 
 from ..fillscope.masks import Geometry
+from ..fillscope.pipelines.klein import transformer_variant
 from ..fillscope.trace.report import write_report
 from ..fillscope.trace.run import trace_pipeline
 from . import common as c
@@ -49,8 +50,13 @@ class _Trace(FillScopeNode):
     Report can table them); the node shows the summary and the report files."""
 
     @classmethod
+    def family_of(cls, stack) -> str:
+        return cls.family
+
+    @classmethod
     def run(cls, rec, width, height, prompt, line_trace, filename_prefix, **stack):
-        report = trace_pipeline(cls.family, stack, height=height, width=width, prompt=prompt, line_trace=line_trace)
+        report = trace_pipeline(cls.family_of(stack), stack, height=height, width=width, prompt=prompt,
+                                line_trace=line_trace)
         for name, fig in report["figures"].items():
             if fig.get("unit") == "shape" and fig.get("provenance") == "measured":
                 rec.measured(name, fig["value"], fig["dtype"], fig["device"], "internal")
@@ -100,4 +106,28 @@ class SD3ControlNetTrace(_Trace):
 
 
 
-NODES = [FluxFillTrace, SD3ControlNetTrace]
+class KleinTrace(_Trace):
+    family = "klein-4b"
+    title = "klein trace"
+    table = "klein"
+
+    @classmethod
+    def family_of(cls, stack) -> str:
+        """klein 4B or 9B, as the connected transformer's topology says (a tiny test model traces as 4B)."""
+        return transformer_variant(stack["transformer"].config) or cls.family
+
+    @classmethod
+    def define_schema(cls):
+        return io.Schema(
+            node_id="FillScopeKleinTrace",
+            display_name="FillScope Klein Trace",
+            category=c.CATEGORY + "/inspect",
+            description="Runs the loaded FLUX.2 [klein] stack (4B or 9B, from the transformer) for one inpaint denoiser "
+                        "step under the tracers and writes the five-page report.",
+            inputs=[c.Qwen3.Input("qwen3"), c.KleinModel.Input("transformer"), c.Vae.Input("vae"), *_trace_inputs()],
+            outputs=[c.shapes_output()],
+            is_output_node=True,
+        )
+
+
+NODES = [FluxFillTrace, SD3ControlNetTrace, KleinTrace]

@@ -133,6 +133,19 @@ def served_models(comfy_server, comfy_models_dir):
     cf.save(models / "text_encoders/t5xxl_fp8_e4m3fn.safetensors", cf.fp8_t5_state(tiny["text_encoder_2"]))
     build_tiny_sd3_controlnet_folder(diffusers_dir / "SD3-Controlnet-Inpainting", seed=0)
 
+    # a tiny FLUX.2 [klein] under the published single-file names the klein workflows load: BFL transformer keys,
+    # ComfyUI's Qwen3 keys; the VAE in diffusers keys (norm_num_groups hinted: BFL keys' writer checks against
+    # ComfyUI's AutoencoderKL, whose GroupNorm(32) does not fit the tiny widths)
+    from tiny_klein import TINY_VAE_CONFIG as KLEIN_VAE
+    from tiny_klein import build_tiny_components as build_tiny_klein
+
+    klein = build_tiny_klein(0)
+    cf.save(models / "diffusion_models/flux-2-klein-4b.safetensors", cf.klein_bfl_state(klein["transformer"]))
+    cf.save(models / "text_encoders/qwen_3_4b.safetensors", cf.qwen3_comfy_state(klein["text_encoder"]))
+    cf.save(models / "vae/flux2-vae.safetensors",
+            {k: v for k, v in klein["vae"].state_dict().items() if not k.endswith("num_batches_tracked")},
+            {"flux2_vae": {"norm_num_groups": KLEIN_VAE["norm_num_groups"]}})
+
     rng = np.random.default_rng(0)
     rgba = rng.integers(0, 256, size=(96, 128, 4), dtype=np.uint8)
     rgba[..., 3] = 255

@@ -17,16 +17,18 @@ NODE_IDS = sorted([
     # loaders
     "FillScopeLoadCLIPL", "FillScopeLoadCLIPG", "FillScopeLoadT5", "FillScopeLoadFluxFillTransformer",
     "FillScopeLoadSD3Transformer", "FillScopeLoadSD3InpaintControlNet", "FillScopeLoadVAE",
+    "FillScopeLoadQwen3", "FillScopeLoadKleinTransformer",
     # text
     "FillScopeCLIPLEncode", "FillScopeCLIPGEncode", "FillScopeT5Encode", "FillScopeFluxTextCondition",
-    "FillScopeSD3TextCondition",
-    # FLUX.1 Fill, SD3 + inpainting ControlNet
+    "FillScopeSD3TextCondition", "FillScopeQwen3Encode",
+    # FLUX.1 Fill, SD3 + inpainting ControlNet, FLUX.2 [klein]
     "FillScopeFluxFillCondition", "FillScopeFluxFillSampler",
     "FillScopeSD3InpaintCondition", "FillScopeSD3ControlNetInpaintSampler",
+    "FillScopeKleinInpaintCondition", "FillScopeKleinEditCondition", "FillScopeKleinSampler",
     # image, inspection, traces
     "FillScopeVAEDecode", "FillScopePasteBack",
     "FillScopeSyntheticImageMask", "FillScopeShapesReport",
-    "FillScopeFluxFillTrace", "FillScopeSD3ControlNetTrace",
+    "FillScopeFluxFillTrace", "FillScopeSD3ControlNetTrace", "FillScopeKleinTrace",
 ])
 
 

@@ -54,3 +54,16 @@ def test_sd3_controlnet_trace_lists_24_joint_and_23_controlnet_blocks(server):
     assert report["evidence"]["line"] is None
     assert report["figures"]["inpaint_condition"]["value"] == [1, 17, 128, 128]
     assert abs(report["evidence"]["flops"]["per_step"] / 1e12 - 35.8) < 0.1
+
+
+def test_klein_trace_lists_5_double_and_20_single_blocks_with_the_reference_tokens(server):
+    report, html, summary = run_trace(server, "klein_trace", "FillScopeKleinTrace", line_trace=False)
+    assert report["model"] == "klein-4b" and report["title"] == "FLUX.2 [klein] 4B"
+    stages = {s["id"]: s for s in report["pages"]["denoiser"]["stages"]}
+    assert len(stages["double"]["blocks"]) == 5 and len(stages["single"]["blocks"]) == 20
+    assert report["evidence"]["params"]["per_component"]["transformer"]["unique"] == 3_875_544_576
+    assert report["figures"]["prompt_embeds"]["value"] == [1, 512, 7680]
+    assert report["figures"]["transformer.input"]["value"] == [1, 8192, 128]
+    assert report["figures"]["reference_tokens"]["value"] == [1, 4096, 128]
+    assert abs(report["evidence"]["flops"]["per_step"] / 1e12 - 76.7) < 0.1  # REFERENCE.md section 9
+    assert "BatchNorm" in html and "FLUX.2 [klein] 4B" in summary

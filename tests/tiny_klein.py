@@ -62,13 +62,18 @@ def write_qwen3_tokenizer(dst: Path) -> None:
     load_qwen3_tokenizer(qwen_bpe_dir()).save_pretrained(str(dst))
 
 
-def build_tiny_components(seed: int = 0) -> dict[str, Any]:
+def build_tiny_components(seed: int = 0, qwen_hidden: int | None = None) -> dict[str, Any]:
+    """`qwen_hidden` builds a Qwen3 of another width (and a transformer reading 3x that): the tiny stand-in for the
+    other klein size (4B: Qwen3-4B, 9B: Qwen3-8B)."""
     from diffusers import AutoencoderKLFlux2, FlowMatchEulerDiscreteScheduler, Flux2Transformer2DModel
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
+    qwen, transformer = dict(TINY_QWEN3_CONFIG), dict(TINY_TRANSFORMER_CONFIG)
+    if qwen_hidden is not None:
+        qwen["hidden_size"], transformer["joint_attention_dim"] = qwen_hidden, 3 * qwen_hidden
     out = build_components(seed, {
-        "text_encoder": (1, lambda: Qwen3ForCausalLM(Qwen3Config(**TINY_QWEN3_CONFIG))),
-        "transformer": (3, lambda: Flux2Transformer2DModel(**TINY_TRANSFORMER_CONFIG)),
+        "text_encoder": (1, lambda: Qwen3ForCausalLM(Qwen3Config(**qwen))),
+        "transformer": (3, lambda: Flux2Transformer2DModel(**transformer)),
         "vae": (4, lambda: AutoencoderKLFlux2(**TINY_VAE_CONFIG)),
     }, FlowMatchEulerDiscreteScheduler(**SCHEDULER_CONFIG))
     gen = torch.Generator("cpu").manual_seed(seed * 16 + 5)
@@ -79,10 +84,10 @@ def build_tiny_components(seed: int = 0) -> dict[str, Any]:
     return out
 
 
-def build_tiny_klein_folder(dst: Path, seed: int = 0, *, distilled: bool = True) -> Path:
+def build_tiny_klein_folder(dst: Path, seed: int = 0, *, distilled: bool = True, qwen_hidden: int | None = None) -> Path:
     import json
 
-    folder = save_pipeline_folder(Path(dst), build_tiny_components(seed), class_name="Flux2KleinPipeline",
+    folder = save_pipeline_folder(Path(dst), build_tiny_components(seed, qwen_hidden), class_name="Flux2KleinPipeline",
                                   index_components=MODEL_INDEX_COMPONENTS,
                                   tokenizers={"tokenizer": write_qwen3_tokenizer})
     index = json.loads((folder / "model_index.json").read_text())

@@ -26,6 +26,7 @@ class Node:
     pos: tuple = (0, 0)
     title: str | None = None
     size: tuple = (320, 160)
+    models: list = field(default_factory=list)  # files the canvas offers to download (properties.models)
 
 
 @dataclass
@@ -35,8 +36,9 @@ class Graph:
     nodes: list = field(default_factory=list)
 
 
-def _loader(node_id, type_, source, dtype, pos, device="auto", **extra):
-    return Node(node_id, type_, {"source": source, **extra, "dtype": dtype, "device": device, "placeholder_seed": 0}, pos)
+def _loader(node_id, type_, source, dtype, pos, device="auto", models=(), **extra):
+    return Node(node_id, type_, {"source": source, **extra, "dtype": dtype, "device": device, "placeholder_seed": 0}, pos,
+                models=list(models))
 
 
 def flux_fill_graph(name, description, *, source, dtype, prompt, steps, image_nodes, output_nodes) -> Graph:
@@ -172,6 +174,98 @@ GRAPHS = [
 ]
 
 
+# FLUX.2 [klein] 4B distilled as published: (loader, its source entry, the file the canvas offers to download). The
+# entries are ComfyUI's single-file folders; each model dict is ComfyUI's template format (name, url, directory).
+KLEIN_4B_FILES = {
+    "qwen3": ("text_encoders", "qwen_3_4b.safetensors",
+              "https://huggingface.co/Comfy-Org/z_image_turbo/resolve/main/split_files/text_encoders/qwen_3_4b.safetensors"),
+    "transformer": ("diffusion_models", "flux-2-klein-4b.safetensors",
+                    "https://huggingface.co/black-forest-labs/FLUX.2-klein-4B/resolve/main/flux-2-klein-4b.safetensors"),
+    "vae": ("vae", "flux2-vae.safetensors",
+            "https://huggingface.co/Comfy-Org/flux2-dev/resolve/main/split_files/vae/flux2-vae.safetensors"),
+}
+
+
+def klein_files(files=KLEIN_4B_FILES) -> tuple[dict, dict]:
+    """({part: source entry}, {part: [model dict]}) of published single files."""
+    sources = {part: f"{folder}/{name}" for part, (folder, name, _) in files.items()}
+    models = {part: [{"name": name, "url": url, "directory": folder}] for part, (folder, name, url) in files.items()}
+    return sources, models
+
+
+def klein_graph(name, description, *, sources, dtype, prompt, steps, image_nodes, condition, output_nodes,
+                models=None) -> Graph:
+    """Qwen3 + klein transformer + FLUX.2 VAE loaders -> Qwen3 encode -> inpaint or edit condition (node 6) ->
+    sampler -> decode, with the image source, condition and outputs supplied."""
+    models = models or {}
+    nodes = [
+        _loader(1, "FillScopeLoadQwen3", sources["qwen3"], dtype, (0, 0), variant="qwen3-4b", models=models.get("qwen3", ())),
+        _loader(2, "FillScopeLoadKleinTransformer", sources["transformer"], dtype, (0, 220), variant="klein-4b",
+                model_type="auto", models=models.get("transformer", ())),
+        _loader(3, "FillScopeLoadVAE", sources["vae"], dtype, (0, 460), kind="flux2", models=models.get("vae", ())),
+        Node(4, "FillScopeQwen3Encode", {"qwen3": (1, 0), "text": prompt}, (380, 0)),
+        *image_nodes,
+        condition,
+        Node(7, "FillScopeKleinSampler",
+             {"transformer": (2, 0), "positive": (4, 0), "condition": (6, 0), "seed": 0, "steps": steps,
+              "guidance": 4.0, "strength": 1.0, "model_type": "auto"},
+             (1140, 200), size=(340, 300)),
+        Node(8, "FillScopeVAEDecode", {"vae": (3, 0), "latent": (7, 0)}, (1520, 200)),
+        *output_nodes,
+    ]
+    return Graph(name, description, nodes)
+
+
+def klein_inpaint_condition(image_node: int = 5) -> Node:
+    return Node(6, "FillScopeKleinInpaintCondition",
+                {"vae": (3, 0), "image": (image_node, 0), "mask": (image_node, 1), "invert_mask": False,
+                 "threshold": 0.5, "grow": 0, "feather": 0, "size_mode": "pad", "token_mask": "cover"},
+                (760, 400), size=(320, 300))
+
+
+_KLEIN_SOURCES, _KLEIN_MODELS = klein_files()
+GRAPHS += [
+    klein_graph(
+        "klein_inpaint",
+        "FLUX.2 [klein] 4B (distilled) inpainting with the published single files (models/diffusion_models/"
+        "flux-2-klein-4b.safetensors, models/text_encoders/qwen_3_4b.safetensors, models/vae/flux2-vae.safetensors), "
+        "bf16, 1024x1024, 4 steps, no guidance; paste-back keeps unmasked pixels exact. Load an RGBA image whose "
+        "transparent area is the hole, or paint a mask in the mask editor.",
+        sources=_KLEIN_SOURCES, models=_KLEIN_MODELS, dtype="bf16", prompt="a red brick fireplace", steps=4,
+        image_nodes=[Node(5, "LoadImage", {"image": "fillscope_example.png", "upload": "image"}, (380, 400), size=(320, 320))],
+        condition=klein_inpaint_condition(),
+        output_nodes=[
+            Node(9, "FillScopePasteBack", {"generated": (8, 0), "latent": (7, 0)}, (1900, 100)),
+            Node(10, "SaveImage", {"images": (9, 0), "filename_prefix": "fillscope/klein_inpaint"}, (2280, 100), size=(400, 400)),
+            Node(11, "FillScopeShapesReport", {"shapes": (9, 1), "filename_prefix": "fillscope/klein_inpaint"}, (1900, 400)),
+        ],
+    ),
+    klein_graph(
+        "klein_edit",
+        "FLUX.2 [klein] 4B (distilled) reference-image editing, no mask (restyle by prompt, change, combine up to three "
+        "images): the published single files, bf16, the image's own size, 4 steps.",
+        sources=_KLEIN_SOURCES, models=_KLEIN_MODELS, dtype="bf16",
+        prompt="turn this room into a loose watercolour painting", steps=4,
+        image_nodes=[Node(5, "LoadImage", {"image": "fillscope_example.png", "upload": "image"}, (380, 400), size=(320, 320))],
+        condition=Node(6, "FillScopeKleinEditCondition", {"vae": (3, 0), "image": (5, 0), "width": 0, "height": 0}, (760, 400)),
+        output_nodes=[
+            Node(9, "SaveImage", {"images": (8, 0), "filename_prefix": "fillscope/klein_edit"}, (1900, 100), size=(400, 400)),
+            Node(10, "FillScopeShapesReport", {"shapes": (8, 1), "filename_prefix": "fillscope/klein_edit"}, (1900, 520)),
+        ],
+    ),
+    klein_graph(
+        "klein_inpaint_meta_trace",
+        "FLUX.2 [klein] 4B inpainting, full production topology on meta weights, 4 steps: every boundary shape, any "
+        "size, on any CPU.",
+        sources={"qwen3": "meta", "transformer": "meta", "vae": "meta"}, dtype="bf16", prompt="a red brick fireplace",
+        steps=4,
+        image_nodes=[Node(5, "FillScopeSyntheticImageMask", {"width": 1024, "height": 1024, "mask_fraction": 0.5}, (380, 400))],
+        condition=klein_inpaint_condition(),
+        output_nodes=[Node(9, "FillScopeShapesReport", {"shapes": (8, 1), "filename_prefix": "fillscope/klein_inpaint_meta_trace"}, (1900, 200))],
+    ),
+]
+
+
 def trace_graph(name, description, model) -> Graph:
     """Meta loaders -> the trace node, which runs one denoiser step under the tracers and writes the report."""
     if model == "flux-fill":
@@ -182,6 +276,13 @@ def trace_graph(name, description, model) -> Graph:
             _loader(4, "FillScopeLoadVAE", "meta", "bf16", (0, 600), kind="flux"),
         ]
         trace = Node(5, "FillScopeFluxFillTrace", {"clip_l": (1, 0), "t5": (2, 0), "transformer": (3, 0), "vae": (4, 0)}, (400, 200))
+    elif model == "klein-4b":
+        loaders = [
+            _loader(1, "FillScopeLoadQwen3", "meta", "bf16", (0, 0), variant="qwen3-4b"),
+            _loader(2, "FillScopeLoadKleinTransformer", "meta", "bf16", (0, 220), variant="klein-4b", model_type="auto"),
+            _loader(3, "FillScopeLoadVAE", "meta", "bf16", (0, 460), kind="flux2"),
+        ]
+        trace = Node(4, "FillScopeKleinTrace", {"qwen3": (1, 0), "transformer": (2, 0), "vae": (3, 0)}, (400, 200))
     else:
         loaders = [
             _loader(1, "FillScopeLoadCLIPL", "meta", "bf16", (0, 0)),
@@ -204,6 +305,8 @@ GRAPHS += [
                 "writes the five-page architecture report (HTML + JSON) to output/fillscope/.", "flux-fill"),
     trace_graph("sd3_controlnet_trace", "SD3-medium + inpainting ControlNet on meta weights: one CFG denoiser step under "
                 "the tracers; writes the five-page architecture report to output/fillscope/.", "sd3-controlnet-inpaint"),
+    trace_graph("klein_trace", "FLUX.2 [klein] 4B on meta weights: one inpaint denoiser step (noisy + reference tokens) "
+                "under the tracers; writes the five-page architecture report to output/fillscope/.", "klein-4b"),
 ]
 
 
@@ -286,11 +389,15 @@ def to_ui(graph: Graph, object_info: dict) -> dict:
                 "mode": 0,
                 "inputs": node_inputs[n.id],
                 "outputs": node_outputs[n.id],
-                "properties": {"Node name for S&R": n.type},
+                "properties": {"Node name for S&R": n.type, **({"models": n.models} if n.models else {})},
                 "widgets_values": values,
                 **({"title": n.title} if n.title else {}),
             }
         )
+    # every file once at the top as well: the canvas (frontend 1.32) offers a node's properties.models only when a
+    # widget value equals the file name, and a FillScope source is "<folder>/<file>"; the workflow's own list is
+    # always checked against the model folders (missing files -> the download dialog)
+    files = list({m["url"]: m for n in graph.nodes for m in n.models}.values())
     return {
         "id": str(uuid.uuid5(uuid.NAMESPACE_URL, "fillscope/" + graph.name)),
         "revision": 0,
@@ -302,6 +409,7 @@ def to_ui(graph: Graph, object_info: dict) -> dict:
         "config": {},
         "extra": {"fillscope": {"description": graph.description}},
         "version": 0.4,
+        **({"models": files} if files else {}),
     }
 
 
