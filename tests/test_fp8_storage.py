@@ -84,3 +84,31 @@ def test_fp8_storage_of_t5_and_the_sd3_denoisers_stays_close_to_bf16(sd3_folders
     assert torch.isfinite(got).all()
     rel = ((got.float() - ref.float()).norm() / ref.float().norm()).item()
     assert 0 < rel < 0.1, rel
+
+
+@pytest.fixture(scope="module")
+def klein_folder(tmp_path_factory):
+    from tiny_klein import build_tiny_klein_folder
+
+    return build_tiny_klein_folder(tmp_path_factory.mktemp("tiny_klein") / "k", seed=0)
+
+
+def _klein_latents(folder, fp8_kinds):
+    from fillscope.pipelines import klein
+
+    stack = klein.load_stack(str(folder), tokenizer_folders=(None,), dtype="bf16", device="cpu")
+    facts = {k: store_blocks_in_fp8(c) for k, c in stack.items() if k in fp8_kinds}
+    image, mask = masks.synthetic_image_and_mask(64, 48, 0.5)
+    done = klein.run(stack, "a cat", masks.prepare_image_and_mask(image, mask), steps=2, seed=3)
+    return stack, facts, done.latent.latents
+
+
+def test_fp8_storage_of_qwen3_and_the_klein_transformer_stays_close_to_bf16(klein_folder):
+    _, _, ref = _klein_latents(klein_folder, ())
+    stack, facts, got = _klein_latents(klein_folder, ("qwen3", "transformer"))
+    qwen_fp8 = [n for n, p in stack["qwen3"].model.named_parameters() if p.dtype == torch.float8_e4m3fn]
+    assert qwen_fp8 and all(n.startswith("layers.") for n in qwen_fp8)  # the decoder layers; embeddings stay bf16
+    assert any(p.dtype == torch.float8_e4m3fn for p in stack["transformer"].model.single_transformer_blocks.parameters())
+    assert "block weight tensors" in facts["qwen3"] and "block weight tensors" in facts["transformer"]
+    rel = ((got.float() - ref.float()).norm() / ref.float().norm()).item()
+    assert torch.isfinite(got).all() and 0 < rel < 0.15, rel

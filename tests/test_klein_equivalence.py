@@ -98,6 +98,17 @@ def test_text_condition_equals_diffusers_from_the_full_encoder(folders, stacks):
     assert torch.equal(ours.embeds, theirs)
 
 
+def test_a_full_mask_repaints_every_token_and_still_equals_diffusers(folders, stacks, inputs):
+    """A mask over the whole image: nothing is kept, the source is still the reference the transformer sees."""
+    full = torch.ones(1, H, W)
+    prepared = prepare_image_and_mask(inputs["image"], full)
+    ours = klein.run(stacks["distilled"], PROMPT, prepared, steps=4, seed=3, token_mask="bilinear")
+    theirs = run_diffusers_inpaint(load_pipeline(folders["distilled"]), prompt=PROMPT,
+                                   image=inputs["image"].permute(0, 3, 1, 2), mask=full[:, None], seed=3, steps=4)
+    assert bool((ours.condition.token_mask == 1).all())
+    assert relative_error(ours.image.permute(0, 3, 1, 2), theirs) <= TOLERANCE
+
+
 def test_unmasked_tokens_end_exactly_on_the_source_latents(stacks, inputs):
     prepared = prepare_image_and_mask(inputs["image"], inputs["mask"])
     result = klein.run(stacks["distilled"], PROMPT, prepared, steps=4, seed=3)
