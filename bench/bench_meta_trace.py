@@ -1,6 +1,6 @@
 """Benchmark: the meta full-topology FLUX.1 Fill trace through FillScope's nodes in a real ComfyUI server.
 
-Queues workflows/flux_fill_meta_trace.api.json (1024x1024, production configs of CLIP-L, T5-XXL, the 12B Fill
+Queues api_workflows/flux_fill_meta_trace.api.json (1024x1024, production configs of CLIP-L, T5-XXL, the 12B Fill
 transformer and the VAE, all on the meta device) RUNS times on one fresh server (tests/comfy_server.ComfyServer).
 Every run changes the sampler seed, the CLIP/T5 prompt text, the loaders' placeholder_seed and the synthetic
 mask fraction, so ComfyUI's cache re-runs every node (checked through the execution_cached message).
@@ -29,7 +29,7 @@ RUNS = 3
 POLL_S = 0.01
 WALL_TARGET_S = 5.0
 RSS_TARGET = 1.5 * 2**30
-WORKFLOW = bl.REPO / "workflows" / "flux_fill_meta_trace.api.json"
+WORKFLOW = bl.REPO / "api_workflows" / "flux_fill_meta_trace.api.json"
 MASK_FRACTIONS = (0.5, 0.45, 0.55)
 
 
@@ -42,7 +42,7 @@ def variant(base: dict, i: int) -> dict:
     for cls in ("FillScopeLoadCLIPL", "FillScopeLoadT5", "FillScopeLoadFluxFillTransformer", "FillScopeLoadVAE"):
         for nid in by_class(p, cls):
             p[nid]["inputs"]["placeholder_seed"] = 100 + i
-    for cls in ("FillScopeCLIPLEncode", "FillScopeT5Encode"):
+    for cls in ("FillScopeFluxPrompt", "FillScopeCLIPLEncode", "FillScopeT5Encode"):
         for nid in by_class(p, cls):
             p[nid]["inputs"]["text"] = f"a red brick fireplace, bench run {i + 1}"
     for nid in by_class(p, "FillScopeFluxFillSampler"):
@@ -138,7 +138,7 @@ def main() -> int:
         node_rows.append([f"  node {name} (own wall_s, median)", f"{med(vals):.3f} s",
                           ", ".join(f"{v:.3f}" for v in vals), "", ""])
     bl.print_report(
-        "bench_meta_trace: FLUX.1 Fill meta trace (workflows/flux_fill_meta_trace.api.json) in a real ComfyUI server",
+        "bench_meta_trace: FLUX.1 Fill meta trace (api_workflows/flux_fill_meta_trace.api.json) in a real ComfyUI server",
         [
             f"how: one fresh ComfyUI server (--cpu), {RUNS} prompts, each with a new sampler seed, CLIP/T5 text, "
             f"loader placeholder_seed and mask_fraction so no node is cached; median of {RUNS}; wall polled every "

@@ -103,12 +103,12 @@ def _host_copy(comp) -> HostCopy | None:
     return comp.extras.get("host_copy")
 
 
-def _make_host_copy(comp) -> HostCopy:
+def _make_host_copy(comp, allow_pin: bool = True) -> HostCopy:
     """Adopt the component's CPU weights as its host copy, pinning them when CUDA is there and RAM allows."""
     global _pinned_total
     import torch
 
-    pin = torch.cuda.is_available() and _pinned_total + weight_bytes(comp.model) <= _ram_bytes() // 2
+    pin = allow_pin and torch.cuda.is_available() and _pinned_total + weight_bytes(comp.model) <= _ram_bytes() // 2
     copy, by_tensor = HostCopy(), {}
     for module in comp.model.modules():
         for p in module._parameters.values():
@@ -130,6 +130,26 @@ def _make_host_copy(comp) -> HostCopy:
         weakref.finalize(copy, _unpin, copy.pinned_bytes)
     comp.extras["host_copy"] = copy
     return copy
+
+
+def cpu_weights(comp) -> HostCopy | None:
+    """The CPU tensors of a component's weights, for code that builds another model on them (a LoRA's copy-on-write
+    clone, fillscope/lora.py): its host copy, taken now (pinned as its first move would) when its weights are in CPU
+    memory and it has none yet; None for a meta component or one whose weights are only on a GPU."""
+    import torch
+
+    if comp.device == "meta":
+        return None
+    copy = _host_copy(comp)
+    if copy is None and torch.device(comp.device).type == "cpu":
+        copy = _make_host_copy(comp)
+    return copy
+
+
+def adopt_cpu_weights(comp) -> None:
+    """Take a component's current CPU tensors as its host copy as they are, pinning nothing: for a model whose tensors
+    are another component's host copy (a LoRA's clone), so they are neither copied nor counted as pinned twice."""
+    _make_host_copy(comp, allow_pin=False)
 
 
 def forget_host_copy(comp) -> None:

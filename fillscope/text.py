@@ -153,8 +153,9 @@ def encode_t5(comp: Component, prompt: str, max_length: int = FLUX_T5_MAX_LENGTH
 class FluxTextCondition:
     """What the FLUX transformer reads from text: the T5 sequence and the CLIP-L pooled vector."""
 
-    t5_hidden: object  # [B, 512, 4096] encoder_hidden_states
+    t5_hidden: object  # [B, 512, 4096] encoder_hidden_states (any length L: txt_ids follow it)
     pooled: object  # [B, 768] pooled_projections
+    origin: dict | None = None  # where the tensors came from when not from FillScope's encoders (e.g. "guidance")
 
     @property
     def txt_ids(self):
@@ -174,6 +175,7 @@ class SD3TextCondition:
 
     context: object  # [B, 77 + T5 tokens, 4096] = (CLIP-L ++ CLIP-G penultimate, zero-padded to 4096) cat T5
     pooled: object  # [B, 2048] = CLIP-L text_embeds ++ CLIP-G text_embeds
+    origin: dict | None = None  # where the tensors came from when not from FillScope's encoders
 
 
 def sd3_text_condition(clip_l: ClipOutput, clip_g: ClipOutput, t5: T5Output, observe=None) -> SD3TextCondition:

@@ -5,6 +5,8 @@ calls the engine in ../fillscope."""
 def all_nodes() -> list:
     # lazy: the node modules import comfy_api, present only once ComfyUI calls comfy_entrypoint
     from . import flux_fill, image, inspect, klein, loaders, sd3_inpaint, text, trace
+    from . import native  # ComfyUI CONDITIONING -> FillScope's FLUX / SD3 text
+    from . import lora  # LoRA on the FLUX.1 Fill / SD3 / klein transformers
 
     return [*loaders.NODES, *text.NODES, *flux_fill.NODES, *sd3_inpaint.NODES, *klein.NODES,
-            *image.NODES, *inspect.NODES, *trace.NODES]
+            *image.NODES, *inspect.NODES, *trace.NODES, *native.NODES, *lora.NODES]

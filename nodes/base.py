@@ -58,6 +58,7 @@ PATH_PART_BYTES, PATH_TOTAL_BYTES, FILE_SUFFIX_BYTES = 255, 1024, 16
 class FillScopeNode(io.ComfyNode):
     title: str | None = None  # the shape record's title; default: the display name without "FillScope "
     table: str | None = None  # the boundary table of this node's graph (fillscope/trace/summary.py TABLES)
+    places_models = True  # False: the node reads its models' configs and shapes only (LoRA): they stay where they are
 
     @classmethod
     def prepare(cls, rec: ShapeRecorder, **inputs) -> dict:
@@ -76,7 +77,8 @@ class FillScopeNode(io.ComfyNode):
         upstream = [v for v in inputs.values() if isinstance(v, Traced)]
         values = {k: v.value if isinstance(v, Traced) else v for k, v in inputs.items()}
         check_inputs(schema, values, validated_by_node(cls))
-        models = [values[i.id] for i in schema.inputs if i.io_type in MODEL_TYPES and i.id in values]
+        models = [values[i.id] for i in schema.inputs
+                  if i.io_type in MODEL_TYPES and i.id in values and cls.places_models]
         rec = ShapeRecorder(schema.node_id, cls.title or schema.display_name.removeprefix("FillScope "), cls.table)
         values = cls.prepare(rec, **values)
         with memory.use(*models, rec=rec) if models else nullcontext():

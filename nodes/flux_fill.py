@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from comfy_api.latest import io
 
-from ..fillscope.pipelines.flux_fill import build_fill_condition, sample_flux_fill
+from ..fillscope.pipelines.flux_fill import build_fill_condition, check_text, sample_flux_fill
 from . import common as c
 from .base import FillScopeNode
 
@@ -66,6 +66,16 @@ class FluxFillSampler(FillScopeNode):
             ],
             outputs=[c.Latent.Output("latent", display_name="latent"), c.shapes_output()],
         )
+
+    @classmethod
+    def prepare(cls, rec, transformer, flux_text, guidance, **rest):
+        """Before the transformer is placed: the text's widths against it, and which guidance is used."""
+        check_text(transformer, flux_text)
+        origin = flux_text.origin or {}
+        if origin.get("guidance") is not None:
+            rec.note(f"guidance {guidance} (this input) is used; the {origin['source']}'s guidance {origin['guidance']} "
+                     "is not")
+        return {"transformer": transformer, "flux_text": flux_text, "guidance": guidance, **rest}
 
     @classmethod
     def run(cls, rec, transformer, flux_text, condition, seed, steps, guidance, denoise):

@@ -9,6 +9,10 @@ from ..fillscope.masks import as_paste_mask, paste_back
 from . import common as c
 from .base import FillScopeNode
 
+# What a graph on meta weights shows where its image would be (the decode's warning, and Paste Back's).
+META_BLANK = ("meta weights: shapes only, this image is blank (zeros of the right size; no pixel values exist on the "
+              "meta device). Choose model files on the loaders' source menus for a real image.")
+
 
 class VAEDecode(FillScopeNode):
     title = "VAE decode"
@@ -33,7 +37,7 @@ class VAEDecode(FillScopeNode):
         if latent.unchanged:
             rec.warn("mask is empty: the source image is returned unchanged")
         if vae.is_meta:
-            rec.warn("meta weights: no pixel values exist; the IMAGE output is zeros of the right size")
+            rec.warn(META_BLANK)
         return image
 
 
@@ -69,6 +73,8 @@ class PasteBack(FillScopeNode):
             rec.note("composited with the mask wired to Paste Back, not the sampler's")
         paste = latent.prepared.paste_mask if mask is None else as_paste_mask(mask, source)
         out = paste_back(generated.to(source.device), source, paste)
+        if getattr(latent.latents, "is_meta", False):
+            rec.warn(META_BLANK.replace("this image is blank", "the repainted area is blank"))
         rec.fact("kept pixels (exact source values)", f"{int((paste == 0).sum()):,}")
         rec.tensor("image", out)
         return out

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 from comfy_api.latest import io
 
@@ -41,6 +42,24 @@ class SyntheticImageMask(FillScopeNode):
         rec.tensor("mask", mask)
         rec.fact("repaint coverage", f"{float(mask.mean()):.1%}")
         return image, mask
+
+
+def output_stem(filename_prefix: str) -> tuple[str, str, str]:
+    """(folder, stem, subfolder) for a node's files in ComfyUI's output folder: `<name>_<counter>` (5 digits), the
+    counter one past the highest of any file there named `<name>_<digits>.<ext>` or `<name>_<digits>_.<ext>`, so
+    every run writes new files. ComfyUI's get_save_image_path resolves the prefix (folders, %date% variables),
+    keeps it inside the output folder and creates the folder, but counts only names with the trailing underscore
+    of its image nodes (name_00001_.png): alone, it gives the FillScope files (name_00001.json) 1 every time."""
+    import folder_paths
+
+    full_dir, name, counter, subfolder, _ = folder_paths.get_save_image_path(filename_prefix, folder_paths.get_output_directory())
+    numbered = re.compile(re.escape(os.path.normcase(name)) + r"_(\d+)_?\.[^.]+")
+    highest = counter - 1
+    for entry in os.listdir(full_dir):
+        match = numbered.fullmatch(os.path.normcase(entry))
+        if match:
+            highest = max(highest, int(match.group(1)))
+    return full_dir, f"{name}_{highest + 1:05}", subfolder
 
 
 SHAPES_FIX = "wire a FillScope node's shapes output (the last node of the graph: its trail holds every node upstream)."
@@ -84,8 +103,6 @@ class ShapesReport(FillScopeNode):
 
     @classmethod
     def run(cls, rec, shapes, filename_prefix):
-        import folder_paths
-
         doc = read_shapes(shapes)
         try:
             rows = boundary_rows([doc])
@@ -93,9 +110,7 @@ class ShapesReport(FillScopeNode):
             raise FillScopeInputError("shapes", f"is not a FillScope shape record ({SHAPES_SCHEMA}): "
                                                 f"{type(e).__name__} {e} while reading its tensors.", SHAPES_FIX) from None
         table = format_rows(rows)
-        out_dir = folder_paths.get_output_directory()
-        full_dir, name, counter, subfolder, _ = folder_paths.get_save_image_path(filename_prefix, out_dir)
-        stem = f"{name}_{counter:05}"
+        full_dir, stem, subfolder = output_stem(filename_prefix)
         report = {"schema": doc.get("schema"), "boundaries": rows, "shapes": doc}
         with open(os.path.join(full_dir, stem + ".json"), "w") as f:
             json.dump(report, f, indent=1)

@@ -1,13 +1,23 @@
 """One loader per component. Each takes a weight source, dtype and device and reports what it built.
 
 A source is a diffusers folder (models/diffusers), a single .safetensors file listed as "<ComfyUI folder>/<file>"
-(the folders the component's files live in, plus checkpoints/ files that bundle it), 'placeholder' or 'meta'."""
+(the folders the component's files live in, plus checkpoints/ files that bundle it), 'placeholder' or 'meta'.
+
+A loader added by hand starts on the first entry of its menu that holds its component (read from the file's header or
+the folder's model_index.json / config.json), never silently on meta: meta and placeholder come last in the menu and
+are the default only when no model file is there (and a meta graph's decoded image says it is blank). The node face
+shows source, dtype and what picks the model (kind, variant, model_type) first; device, placeholder_seed, memory and
+storage are optional inputs flagged `advanced` (a frontend that honours the flag folds them behind "Show Advanced";
+frontend 1.32.9 reads it but still shows them), in the same widget order as before, so saved workflows load."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from comfy_api.latest import io
 
-from ..fillscope.checkpoints import WrongKindError
+from ..fillscope.checkpoints import WrongKindError, sniff
 from ..fillscope.fp8 import store_blocks_in_fp8
 from ..fillscope.pipelines.flux_fill import load_flux_fill_transformer
 from ..fillscope.pipelines.klein import MODEL_TYPES, load_klein_transformer, resolve_distilled, transformer_variant
@@ -16,7 +26,7 @@ from ..fillscope.pipelines.sd3_controlnet import (
     load_sd3_transformer,
 )
 from ..fillscope.placement import RESIDENCY, resolve_policy
-from ..fillscope.specs import COMPONENTS
+from ..fillscope.specs import COMPONENTS, PIPELINE_LAYOUTS
 from ..fillscope.text import load_clip_g, load_clip_l, load_qwen3, load_t5
 from ..fillscope.trace.records import ShapeRecorder
 from ..fillscope.vae import VAE_KINDS, latent_format, load_vae
@@ -50,18 +60,20 @@ class _Loader(FillScopeNode):
                 cls.source_input(),
                 *cls.extra_inputs(),
                 io.Combo.Input("dtype", options=c.DTYPES, default="bf16", tooltip="Weight and compute dtype."),
-                io.Combo.Input("device", options=c.DEVICES, default="auto",
-                               tooltip="auto = CUDA when available, else CPU. Meta weights always stay on the meta device."),
-                io.Int.Input("placeholder_seed", default=0, min=0, max=2**31 - 1,
-                             tooltip="Seed of the deterministic placeholder values (used by 'placeholder' only)."),
-                io.Combo.Input(
+                advanced(io.Combo.Input(
+                    "device", options=c.DEVICES, default="auto", optional=True,
+                    tooltip="auto = CUDA when available, else CPU. Meta weights always stay on the meta device.")),
+                advanced(io.Int.Input(
+                    "placeholder_seed", default=0, min=0, max=2**31 - 1, optional=True,
+                    tooltip="Seed of the deterministic placeholder values (used by 'placeholder' only).")),
+                advanced(io.Combo.Input(
                     "memory", options=["auto", "keep", "offload", "sequential"], default="auto", optional=True,
                     tooltip="Where the weights live between uses. auto: stay on the GPU after use until another "
                             "FillScope component needs the room (FillScope never holds more than its largest component "
                             "or the current node's needs; FLUX Fill 1024 bf16: ~22.6 GiB peak, estimated); keep: loaded onto the GPU "
                             "and left there (fastest on 40 GB+ cards); offload: back to CPU memory after every use; "
                             "sequential: streamed module by module (smallest VRAM, slowest).",
-                ),
+                )),
                 *cls.storage_inputs(),
             ],
             outputs=[cls.SOCKET.Output(cls.OUTPUT, display_name=cls.OUTPUT), c.shapes_output()],
@@ -69,14 +81,16 @@ class _Loader(FillScopeNode):
 
     @classmethod
     def source_input(cls):
+        options = c.source_options(cls.KINDS)
         return io.Combo.Input(
             "source",
-            options=c.source_options(cls.KINDS),
-            default=c.SOURCE_META,
+            options=options,
+            default=default_source(options, cls.KINDS)[0],
             tooltip=cls.SOURCE_TOOLTIP
             + " A diffusers-format folder under models/diffusers, a single .safetensors file ('<model folder>/<file>';"
             " its kind is read from the file and checked), 'placeholder' (full topology, deterministic values, needs"
-            " the memory of the real model) or 'meta' (full topology, shapes only, no memory).",
+            " the memory of the real model) or 'meta' (full topology, shapes only, no memory: the decoded image is"
+            " blank). A new node starts on the first model file found here.",
         )
 
     @classmethod
@@ -96,14 +110,14 @@ class _Loader(FillScopeNode):
     def storage_inputs(cls) -> list:
         if not cls.FP8_STORAGE:
             return []
-        return [io.Combo.Input(
+        return [advanced(io.Combo.Input(
             "storage", options=["as loaded", "fp8_e4m3fn"], default="as loaded", optional=True,
             tooltip="fp8_e4m3fn: the repeated blocks' weights are kept in float8 (half the memory of bf16) and upcast "
                     "to the dtype one layer at a time; embedders, norms and output layers stay as loaded. For 12-16 GB "
-                    "cards; outputs differ slightly from bf16 weights. Files that are already fp8 stay as they are.")]
+                    "cards; outputs differ slightly from bf16 weights. Files that are already fp8 stay as they are."))]
 
     @classmethod
-    def run(cls, rec, source, dtype, device, placeholder_seed, memory="auto", storage="as loaded", **extra):
+    def run(cls, rec, source, dtype, device="auto", placeholder_seed=0, memory="auto", storage="as loaded", **extra):
         resolved = c.resolve_source(source)
         compute = resolve_device(device, str(resolved))
         # only `keep` loads straight onto the GPU; the others wait in CPU memory until a node needs them, so
@@ -214,7 +228,8 @@ class LoadVAE(_Loader):
 
     @classmethod
     def extra_inputs(cls):
-        return [io.Combo.Input("kind", options=list(VAE_KINDS), default="flux",
+        kind = default_source(c.source_options(cls.KINDS), cls.KINDS)[1]  # the kind of the default source
+        return [io.Combo.Input("kind", options=list(VAE_KINDS), default=(kind or "flux_vae").removesuffix("_vae"),
                                tooltip="Which VAE: flux (FLUX.1 Fill), sd3 (SD3 / SD3.5) or flux2 (FLUX.2 [klein]). A "
                                        "folder's config must agree; a standalone flux/sd3 VAE file (same shapes for "
                                        "both) takes its scale and shift from this.")]
@@ -362,6 +377,53 @@ class LoadKleinTransformer(_Loader):
         rec.fact("model type", f"{'distilled' if distilled else 'base'}, from {why}")
         rec.static("text condition (per token)", [cfg.get("joint_attention_dim")], role="input")
         rec.static("hidden_states (per token)", [cfg.get("in_channels")], role="input")
+
+
+def advanced(inp):
+    """An input flagged `advanced` in /object_info (ComfyUI 0.3.75's V3 inputs take no such argument; extra_dict passes
+    it on). Frontend 1.32.9 copies it to the widget's options but still draws the widget; a frontend that honours it
+    folds the widget behind the node's "Show Advanced". The widget keeps its place in widgets_values either way."""
+    inp.extra_dict = {**inp.extra_dict, "advanced": True}
+    return inp
+
+
+def holds(entry: str, kinds) -> str | None:
+    """Which of the component `kinds` the menu entry `entry` holds (a single file: from its safetensors header; a
+    diffusers folder: its model_index.json pipeline layout, or a single-model folder's config.json class), or None
+    (another model, a pickle, a file that cannot be read)."""
+    try:
+        split = c._split_file_source(entry)
+        if split is not None:
+            if not split[1].lower().endswith((".safetensors", ".sft")):
+                return None
+            path = c._file_path(*split)[0]
+            info = sniff(path) if path else None
+            return next((k for k in kinds if info is not None and info.part(k) is not None), None)
+        path = c._diffusers_path(entry)[0]
+        if not path:
+            return None
+        folder = Path(path)
+        if (folder / "model_index.json").is_file():
+            layout = PIPELINE_LAYOUTS.get(json.loads((folder / "model_index.json").read_text()).get("_class_name"), {})
+            return next((k for k in kinds if k in layout), None)
+        if (folder / "config.json").is_file():
+            name = json.loads((folder / "config.json").read_text()).get("_class_name")
+            return next((k for k in kinds if COMPONENTS[k].class_name == name), None)
+    except Exception:  # whatever cannot be read is simply not the default
+        return None
+    return None
+
+
+def default_source(options, kinds) -> tuple[str, str | None]:
+    """(the first menu entry holding one of `kinds`, its kind), else (meta, None): meta only when no model is there.
+    A checkpoints/ file that bundles the component comes after the component's own files and folders."""
+    bundles = [e for e in options if e.startswith("checkpoints/")]
+    for entry in [e for e in options if e not in bundles] + bundles:
+        if entry not in (c.SOURCE_META, c.SOURCE_PLACEHOLDER):
+            kind = holds(entry, kinds)
+            if kind:
+                return entry, kind
+    return c.SOURCE_META, None
 
 
 NODES = [LoadCLIPL, LoadCLIPG, LoadT5, LoadFluxFillTransformer, LoadSD3Transformer, LoadSD3ControlNet, LoadVAE,

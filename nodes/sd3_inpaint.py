@@ -7,6 +7,7 @@ from comfy_api.latest import io
 from ..fillscope.pipelines.sd3_controlnet import (
     build_inpaint_condition,
     check_image_size,
+    check_text,
     sample_sd3_controlnet_inpaint,
 )
 from ..fillscope.specs import sd3_side_limit
@@ -83,6 +84,12 @@ class SD3ControlNetInpaintSampler(FillScopeNode):
             ],
             outputs=[c.Latent.Output("latent", display_name="latent"), c.shapes_output()],
         )
+
+    @classmethod
+    def prepare(cls, rec, transformer, positive, negative, cfg, **rest):
+        """Before the models are placed: the texts' widths against the transformer."""
+        check_text(transformer, positive, negative, cfg)
+        return {"transformer": transformer, "positive": positive, "negative": negative, "cfg": cfg, **rest}
 
     @classmethod
     def run(cls, rec, transformer, controlnet, positive, negative, condition, steps, **options):

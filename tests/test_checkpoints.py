@@ -546,8 +546,10 @@ from FillScope.nodes import common as c, loaders as L
 out = {{n.NODE_ID: c.source_options(n.KINDS) for n in L.NODES}}
 checks = {{s: c.validate_source(s) for s in ["FLUX.1-Fill-dev", "vae/ae.safetensors", "text_encoders/old.bin",
            "vae/../../{outside.name}", "vae/missing.safetensors", "../x", "meta"]}}
+defaults = {{n.NODE_ID: L.default_source(out[n.NODE_ID], n.KINDS) for n in L.NODES}}
+defaults["none"] = L.default_source(["placeholder", "meta"], ("clip_l",))
 print(json.dumps({{"options": out, "checks": checks, "resolved": c.resolve_source("checkpoints/sd3_medium.safetensors"),
-                  "legacy": c.resolve_source("FLUX.1-Fill-dev")}}))
+                  "legacy": c.resolve_source("FLUX.1-Fill-dev"), "defaults": defaults}}))
 """
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
@@ -570,3 +572,16 @@ print(json.dumps({{"options": out, "checks": checks, "resolved": c.resolve_sourc
     assert "points outside" in checks[f"vae/../../{outside.name}"] and "points outside" in checks["../x"]
     assert "not found" in checks["vae/missing.safetensors"]
     assert data["resolved"] == str(tiny["files"]["sd3_bare"]) and data["legacy"].endswith("FLUX.1-Fill-dev")
+    # a new loader's source: the first entry holding its component, read from headers (the folder here is an empty
+    # model_index.json: no component), never meta while one exists; meta only when there is none
+    defaults = {k: tuple(v) for k, v in data["defaults"].items()}
+    assert defaults["FillScopeLoadFluxFillTransformer"] == ("diffusion_models/flux1-fill-dev.safetensors", "flux_fill_transformer")
+    # own folder before a checkpoint that bundles it (sd3_medium_incl_clips comes first in the menu); the tiny CLIP-G's
+    # width is neither 768 nor 1280, so it fits both CLIP loaders (a real clip_g.safetensors is CLIP-G only)
+    assert defaults["FillScopeLoadCLIPL"] == ("text_encoders/clip_g.safetensors", "clip_l")
+    assert defaults["FillScopeLoadCLIPG"] == ("text_encoders/clip_g.safetensors", "clip_g")
+    assert defaults["FillScopeLoadT5"] == ("text_encoders/t5xxl_fp16.safetensors", "t5_xxl")
+    assert defaults["FillScopeLoadVAE"] == ("vae/ae.safetensors", "flux_vae")
+    assert defaults["FillScopeLoadSD3Transformer"] == ("diffusion_models/sd3.5_medium_tiny.safetensors", "sd3_transformer")
+    assert defaults["FillScopeLoadSD3InpaintControlNet"][0] == "controlnet/SD3-Controlnet-Inpainting.safetensors"
+    assert defaults["none"] == ("meta", None)

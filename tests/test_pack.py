@@ -21,6 +21,9 @@ NODE_IDS = sorted([
     # text
     "FillScopeCLIPLEncode", "FillScopeCLIPGEncode", "FillScopeT5Encode", "FillScopeFluxTextCondition",
     "FillScopeSD3TextCondition", "FillScopeQwen3Encode",
+    "FillScopeFluxPrompt", "FillScopeSD3Prompt",  # one prompt box per prompt (issue 12)
+    # ComfyUI CONDITIONING in
+    "FillScopeFluxTextFromConditioning", "FillScopeSD3TextFromConditioning",
     # FLUX.1 Fill, SD3 + inpainting ControlNet, FLUX.2 [klein]
     "FillScopeFluxFillCondition", "FillScopeFluxFillSampler",
     "FillScopeSD3InpaintCondition", "FillScopeSD3ControlNetInpaintSampler",
@@ -29,6 +32,8 @@ NODE_IDS = sorted([
     "FillScopeVAEDecode", "FillScopePasteBack",
     "FillScopeSyntheticImageMask", "FillScopeShapesReport",
     "FillScopeFluxFillTrace", "FillScopeSD3ControlNetTrace", "FillScopeKleinTrace",
+    # LoRA (one node per transformer socket type)
+    "FillScopeFluxFillLoRA", "FillScopeSD3LoRA", "FillScopeKleinLoRA",
 ])
 
 

@@ -10,10 +10,8 @@ import sys
 import pytest
 from PIL import Image
 
-from workflow_helpers import load_api, node_id, shapes_doc, tensors, with_synthetic_image
+from workflow_helpers import EXAMPLES, WORKFLOWS, load_api, node_id, shapes_doc, tensors, with_synthetic_image
 from comfy_server import ComfyExecutionError, ComfyPromptError
-
-from workflow_helpers import WORKFLOWS  # noqa: E402
 
 sys.path.insert(0, str(WORKFLOWS))
 import graphs  # noqa: E402
@@ -21,13 +19,16 @@ import graphs  # noqa: E402
 pytestmark = pytest.mark.server
 
 EXPECTED_NODES = {
-    "FillScopeLoadCLIPL": ["source", "dtype", "device", "placeholder_seed"],
-    "FillScopeLoadT5": ["source", "dtype", "device", "placeholder_seed"],
-    "FillScopeLoadFluxFillTransformer": ["source", "dtype", "device", "placeholder_seed"],
-    "FillScopeLoadVAE": ["source", "kind", "dtype", "device", "placeholder_seed"],
-    "FillScopeLoadCLIPG": ["source", "dtype", "device", "placeholder_seed"],
-    "FillScopeLoadSD3Transformer": ["source", "variant", "dtype", "device", "placeholder_seed"],
-    "FillScopeLoadSD3InpaintControlNet": ["source", "dtype", "device", "placeholder_seed"],
+    # loaders: device, placeholder_seed, memory (and storage) are optional advanced inputs after these, same widget order
+    "FillScopeLoadCLIPL": ["source", "dtype"],
+    "FillScopeLoadT5": ["source", "dtype"],
+    "FillScopeLoadFluxFillTransformer": ["source", "dtype"],
+    "FillScopeLoadVAE": ["source", "kind", "dtype"],
+    "FillScopeLoadCLIPG": ["source", "dtype"],
+    "FillScopeLoadSD3Transformer": ["source", "variant", "dtype"],
+    "FillScopeLoadSD3InpaintControlNet": ["source", "dtype"],
+    "FillScopeFluxPrompt": ["clip_l", "t5", "text", "max_length"],
+    "FillScopeSD3Prompt": ["clip_l", "clip_g", "t5", "text"],
     "FillScopeCLIPGEncode": ["clip_g", "text"],
     "FillScopeSD3TextCondition": ["clip_l_embeds", "clip_g_embeds", "t5_embeds"],
     "FillScopeSD3InpaintCondition": ["vae", "image", "mask", "invert_mask", "threshold", "grow", "feather", "size_mode"],
@@ -97,7 +98,8 @@ def test_meta_trace_workflow_reports_the_contract_shapes(server):
     assert doc["shapes"]["schema"] == "fillscope.shapes/1"
     decode = shapes_doc(entry, prompt, "FillScopeVAEDecode")
     assert [r["node"] for r in decode["trail"]][-1] == "FillScopeFluxFillSampler"
-    assert any("meta weights" in w for w in decode["node"]["warnings"])
+    assert any(w.startswith("meta weights: shapes only, this image is blank") for w in decode["node"]["warnings"])
+    assert any("this image is blank" in t for t in entry["outputs"][node_id(prompt, "FillScopeVAEDecode")]["text"])
 
 
 def test_inpaint_workflow_runs_on_the_tiny_folder_and_saves_an_image(server):
@@ -114,20 +116,99 @@ def test_inpaint_workflow_runs_on_the_tiny_folder_and_saves_an_image(server):
     assert tensors(sampler)["transformer.input"]["shape"] == [1, 48, 384]
 
 
-def test_committed_workflows_are_the_generated_graphs(server):
+def test_committed_workflows_are_the_generated_graphs(server, tmp_path):
+    """Regenerating with the server's /object_info (graphs.main, as a user runs it) writes every file byte for byte as
+    committed; the UI files only in example_workflows/, the API files only in api_workflows/."""
+    (tmp_path / "api").mkdir()
+    assert graphs.main(["--object-info", server.url, "--api-out", str(tmp_path / "api"), "--ui-out", str(tmp_path / "ui")]) == 0
+    for g in graphs.GRAPHS:
+        assert (tmp_path / "api" / f"{g.name}.api.json").read_bytes() == (WORKFLOWS / f"{g.name}.api.json").read_bytes(), g.name
+        assert (tmp_path / "ui" / f"{g.name}.json").read_bytes() == (EXAMPLES / f"{g.name}.json").read_bytes(), g.name
+    assert sorted(p.name for p in EXAMPLES.glob("*.json")) == sorted(f"{g.name}.json" for g in graphs.GRAPHS)
+    assert sorted(p.name for p in WORKFLOWS.glob("*.json")) == sorted(f"{g.name}.api.json" for g in graphs.GRAPHS)
+
+
+@pytest.mark.parametrize("name", ["flux_fill_inpaint", "sd3_controlnet_inpaint", "klein_inpaint", "klein_edit"])
+def test_real_weight_workflows_load_the_published_files_and_declare_them(name):
+    """Every loader of a real-weight workflow reads a published single file ('<folder>/<file>', no diffusers folder)
+    and declares it for the Missing Models dialog as ComfyUI's templates do: properties.models (name, url, directory)
+    and, once per file, the workflow's models list. The read-me note names every file and folder."""
+    ui = json.loads((EXAMPLES / f"{name}.json").read_text())
+    api = load_api(name)
+    loaders = [n for n in ui["nodes"] if n["type"].startswith("FillScopeLoad")]
+    assert loaders
+    for node in loaders:
+        source = api[str(node["id"])]["inputs"]["source"]
+        (model,) = node["properties"]["models"]
+        assert source == f"{model['directory']}/{model['name']}", (node["type"], source)
+        assert model["url"].startswith("https://huggingface.co/") and model["url"].endswith(".safetensors")
+    files = {m["url"]: m for n in loaders for m in n["properties"]["models"]}
+    assert ui["models"] == list(files.values())
+    note = next(n for n in ui["nodes"] if n["type"] in graphs.NOTE_TYPES)["widgets_values"][0]
+    for m in ui["models"]:
+        assert m["url"] in note and f"{m['directory']}/" in note and m["name"] in note
+
+
+def test_the_template_scan_sees_exactly_the_ui_workflows(server):
+    """ComfyUI lists every *.json in a pack's example_workflows, example, examples, workflow and workflows folders
+    (app/custom_node_manager.py): only the UI files, once each, and each loads in the canvas format."""
+    listed = server.get_json("/workflow_templates")["FillScope"]
+    assert sorted(listed) == sorted(g.name for g in graphs.GRAPHS)
+    for name in listed:
+        ui = server.get_json(f"/api/workflow_templates/FillScope/{name}.json")
+        assert ui["version"] == 0.4 and ui["nodes"] and "links" in ui, name
+
+
+def test_a_loader_added_by_hand_starts_on_the_first_model_file_holding_its_component(server):
+    """object_info's default source (what a loader added on the canvas shows): the first entry of the menu (diffusers
+    folders, then files; placeholder and meta last) that holds the loader's component, never meta while one is there;
+    the VAE's kind follows it."""
+    info = server.object_info()
+    expected = {
+        "FillScopeLoadFluxFillTransformer": "FLUX.1-Fill-dev",
+        "FillScopeLoadCLIPL": "FLUX.1-Fill-dev",
+        "FillScopeLoadCLIPG": "stable-diffusion-3-medium-diffusers",  # skips the FLUX folders: no CLIP-G in them
+        "FillScopeLoadSD3Transformer": "stable-diffusion-3-medium-diffusers",
+        "FillScopeLoadSD3InpaintControlNet": "SD3-Controlnet-Inpainting",  # a single-model folder (config.json)
+        "FillScopeLoadQwen3": "text_encoders/qwen_3_4b.safetensors",  # a file: clip_g/clip_l come first, are not Qwen3
+        "FillScopeLoadKleinTransformer": "diffusion_models/flux-2-klein-4b.safetensors",
+        "FillScopeLoadVAE": "FLUX.1-Fill-dev",
+    }
+    for node_type, source in expected.items():
+        spec = info[node_type]["input"]["required"]["source"][1]
+        assert spec["default"] == source, (node_type, spec["default"], spec["options"])
+        assert spec["options"][-2:] == ["placeholder", "meta"]
+        for advanced in ("device", "placeholder_seed", "memory"):
+            assert info[node_type]["input"]["optional"][advanced][1]["advanced"] is True
+    assert info["FillScopeLoadVAE"]["input"]["required"]["kind"][1]["default"] == "flux"
+
+
+def test_each_example_has_one_text_box_per_prompt(server):
+    """The canvas shows one prompt box per prompt: a multiline text widget on one node, encoded there by every text
+    encoder the model has; SD3 has a second for its negative prompt. The read-me note is not a prompt."""
     info = server.object_info()
     for g in graphs.GRAPHS:
-        api, ui = graphs.render(g, info)
-        assert (WORKFLOWS / f"{g.name}.api.json").read_text() == api, g.name
-        assert (WORKFLOWS / f"{g.name}.json").read_text() == ui, g.name
-        assert (graphs.EXAMPLES / f"{g.name}.json").read_text() == ui, g.name
+        ui = json.loads((EXAMPLES / f"{g.name}.json").read_text())
+        boxes = []
+        for node in ui["nodes"]:
+            if node["type"] in graphs.NOTE_TYPES:
+                continue
+            spec = {**info[node["type"]]["input"]["required"], **info[node["type"]]["input"].get("optional", {})}
+            boxes += [(node["id"], name) for name, opts in graphs.widget_names(info[node["type"]])
+                      if spec[name][0] == "STRING" and opts.get("multiline")]
+        negative = any("negative" in n.inputs for n in g.nodes)
+        assert len(boxes) == 1 + negative, (g.name, boxes)
+        assert len({nid for nid, _ in boxes}) == len(boxes), (g.name, boxes)  # each box on its own node
 
 
 @pytest.mark.parametrize("name", [g.name for g in graphs.GRAPHS])  # FLUX and SD3 graphs alike
 def test_ui_workflow_nodes_exist_and_widget_values_fit(server, name):
     info = server.object_info()
-    ui = json.loads((WORKFLOWS / f"{name}.json").read_text())
+    ui = json.loads((EXAMPLES / f"{name}.json").read_text())
     for node in ui["nodes"]:
+        if node["type"] in graphs.NOTE_TYPES:  # the read-me: a frontend node
+            assert node["widgets_values"] and isinstance(node["widgets_values"][0], str)
+            continue
         assert node["type"] in info, node["type"]
         values = list(node["widgets_values"])
         for wname, opts in graphs.widget_names(info[node["type"]]):
@@ -148,7 +229,8 @@ def test_ui_workflow_nodes_exist_and_widget_values_fit(server, name):
                 assert isinstance(value, str)
             if opts.get("control_after_generate"):
                 assert values.pop(0) in ("fixed", "increment", "decrement", "randomize")
-        assert values == [], (node["type"], values)
+        # LoadImage's upload button is a canvas-only widget, saved after the file name as the canvas saves it
+        assert values == (["image"] if node["type"] == "LoadImage" else []), (node["type"], values)
 
 
 def test_image_mask_size_mismatch_is_a_clear_error(server):
@@ -215,8 +297,8 @@ def test_empty_mask_returns_the_input_with_a_warning(server):
 
 
 def test_single_files_in_comfyui_model_folders_run_the_inpaint_workflow(server):
-    """The same tiny FLUX Fill as single files (BFL transformer, LDM ae, ComfyUI clip_l, fp8 T5), chosen from the
-    loaders' menus as '<folder>/<file>'."""
+    """The tiny FLUX Fill as single files (BFL transformer, LDM ae, ComfyUI clip_l, fp8 T5), chosen from the
+    loaders' menus as '<folder>/<file>' (the workflow ships with t5xxl_fp16: here the fp8 file)."""
     info = server.object_info()
     sources = {
         "FillScopeLoadFluxFillTransformer": "diffusion_models/flux1-fill-dev.safetensors",

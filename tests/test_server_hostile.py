@@ -12,7 +12,7 @@ import itertools
 import pytest
 
 from comfy_server import ComfyExecutionError, ComfyPromptError  # noqa: F401
-from workflow_helpers import load_api, node_id, shapes_doc, tensors, with_synthetic_image  # noqa: F401
+from workflow_helpers import load_api, node_id, sd3_inpaint_prompt, shapes_doc, tensors, with_synthetic_image  # noqa: F401
 
 pytestmark = pytest.mark.server
 
@@ -31,7 +31,7 @@ def flux_prompt(steps=2, seed=None):
 
 
 def sd3_prompt(steps=2):
-    prompt = load_api("sd3_controlnet_inpaint")
+    prompt = sd3_inpaint_prompt()
     prompt[node_id(prompt, "FillScopeSD3ControlNetInpaintSampler")]["inputs"].update(steps=steps, seed=next(_seeds))
     return prompt
 
@@ -202,8 +202,8 @@ def test_a_bad_filename_prefix_is_refused_naming_it(server, prefix, problem):
 
 def test_a_lone_surrogate_in_a_prompt_is_refused_naming_the_text(server):
     """JSON "\\ud800" is a valid JSON string but not Unicode text: it can be neither tokenised nor saved."""
-    prompt = set_input(flux_prompt(), "FillScopeCLIPLEncode", text="a red \ud800 fireplace")
-    msg = refused_when_run(server, prompt, "FillScopeCLIPLEncode", "text")
+    prompt = set_input(flux_prompt(), "FillScopeFluxPrompt", text="a red \ud800 fireplace")
+    msg = refused_when_run(server, prompt, "FillScopeFluxPrompt", "text")
     assert "holds a lone surrogate ('\\ud800') at position 6" in msg
     next_prompt_succeeds(server)
 
@@ -458,14 +458,15 @@ def test_crop_mode_says_how_many_repaint_pixels_the_crop_cuts_off_and_paste_back
     assert paste["facts"]["kept pixels (exact source values)"] == "856"
 
 
-def test_clip_l_truncation_is_a_warning_on_the_encode_node(server):
+def test_clip_l_truncation_is_a_warning_on_the_prompt_node(server):
     prompt = flux_prompt()
-    prompt[node_id(prompt, "FillScopeCLIPLEncode")]["inputs"]["text"] = " ".join(["a"] * 100)
+    prompt[node_id(prompt, "FillScopeFluxPrompt")]["inputs"]["text"] = " ".join(["a"] * 100)
     entry = server.run(prompt, timeout=300)
-    clip = shapes_doc(entry, prompt, "FillScopeCLIPLEncode")["node"]
+    clip = shapes_doc(entry, prompt, "FillScopeFluxPrompt")["node"]
     assert "prompt truncated to 77 CLIP tokens (102 given)" in clip["warnings"]
     assert clip["facts"]["prompt tokens (with start/end)"] == "77 of 77"
-    short = shapes_doc(server.run(flux_prompt(), timeout=300), prompt, "FillScopeCLIPLEncode")["node"]
+    assert not any("T5 tokens" in w for w in clip["warnings"])  # T5 reads 512: the same text fits
+    short = shapes_doc(server.run(flux_prompt(), timeout=300), prompt, "FillScopeFluxPrompt")["node"]
     assert not any("truncated" in w for w in short["warnings"])
 
 

@@ -22,8 +22,8 @@ from fillscope.pipelines import klein
 pytestmark = pytest.mark.server
 
 KLEIN_NODES = {
-    "FillScopeLoadQwen3": ["source", "variant", "dtype", "device", "placeholder_seed"],
-    "FillScopeLoadKleinTransformer": ["source", "variant", "model_type", "dtype", "device", "placeholder_seed"],
+    "FillScopeLoadQwen3": ["source", "variant", "dtype"],  # + device, placeholder_seed, memory: optional, advanced
+    "FillScopeLoadKleinTransformer": ["source", "variant", "model_type", "dtype"],
     "FillScopeQwen3Encode": ["qwen3", "text"],
     "FillScopeKleinInpaintCondition": ["vae", "image", "mask", "invert_mask", "threshold", "grow", "feather",
                                        "size_mode", "token_mask"],
@@ -237,10 +237,10 @@ def test_base_model_with_guidance_needs_a_negative(server):
 def test_workflow_files_declare_the_published_model_files():
     """As ComfyUI's own templates: each loader's properties.models (name, url, directory) and, since a FillScope
     source is '<folder>/<file>' (the canvas matches properties.models by widget value), the workflow's models list."""
-    from workflow_helpers import WORKFLOWS
+    from workflow_helpers import EXAMPLES
 
     for name in ("klein_inpaint", "klein_edit"):
-        ui = json.loads((WORKFLOWS / f"{name}.json").read_text())
+        ui = json.loads((EXAMPLES / f"{name}.json").read_text())
         declared = {n["type"]: n["properties"]["models"] for n in ui["nodes"] if "models" in n["properties"]}
         assert set(declared) == set(FILES)
         for node, models in declared.items():

@@ -80,12 +80,10 @@ def test_each_model_node_reports_what_it_loaded_and_stays_within_the_budget(serv
     must send something back."""
     from workflow_helpers import shapes_doc, with_synthetic_image
 
-    model_nodes = ("FillScopeCLIPLEncode", "FillScopeT5Encode", "FillScopeFluxFillCondition",
-                   "FillScopeFluxFillSampler", "FillScopeVAEDecode")
+    model_nodes = ("FillScopeFluxPrompt", "FillScopeFluxFillCondition", "FillScopeFluxFillSampler", "FillScopeVAEDecode")
     for i, text in enumerate(("a stone wall", "a wooden door")):
         prompt = with_synthetic_image(load_api("flux_fill_inpaint"), 64, 48, 0.3 + 0.1 * i)  # condition re-runs
-        for cls in ("FillScopeCLIPLEncode", "FillScopeT5Encode"):
-            prompt[node_id(prompt, cls)]["inputs"]["text"] = text
+        prompt[node_id(prompt, "FillScopeFluxPrompt")]["inputs"]["text"] = text
         prompt[node_id(prompt, "FillScopeFluxFillSampler")]["inputs"].update(steps=2, seed=300 + i)
         server.free()
         time.sleep(1.0)

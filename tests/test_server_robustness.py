@@ -21,7 +21,7 @@ import pytest
 from PIL import Image
 
 from comfy_server import ComfyExecutionError, ComfyPromptError
-from workflow_helpers import load_api, node_id, shapes_doc, tensors, with_synthetic_image
+from workflow_helpers import load_api, node_id, sd3_inpaint_prompt, shapes_doc, tensors, with_synthetic_image
 
 pytestmark = pytest.mark.server
 
@@ -75,7 +75,7 @@ def flux_prompt(steps=2, seed=None, transformer=GOOD):
 
 
 def sd3_prompt(steps=2):
-    prompt = load_api("sd3_controlnet_inpaint")
+    prompt = sd3_inpaint_prompt()
     prompt[node_id(prompt, "FillScopeSD3ControlNetInpaintSampler")]["inputs"].update(steps=steps, seed=next(_seeds))
     return prompt
 

@@ -9,7 +9,7 @@ import json
 import pytest
 from PIL import Image
 
-from workflow_helpers import load_api, node_id, shapes_doc, tensors, with_synthetic_image
+from workflow_helpers import load_api, node_id, sd3_inpaint_prompt, shapes_doc, tensors, with_synthetic_image
 from comfy_server import ComfyExecutionError, ComfyPromptError
 
 
@@ -60,7 +60,7 @@ def test_sd3_meta_trace_reports_the_contract_shapes(server):
 
 
 def test_sd3_inpaint_workflow_runs_on_the_tiny_folders(server):
-    prompt = load_api("sd3_controlnet_inpaint")
+    prompt = sd3_inpaint_prompt()
     entry = server.run(prompt, timeout=900)
     saved = entry["outputs"][node_id(prompt, "SaveImage")]["images"][0]
     png = Image.open(io.BytesIO(server.view(saved["filename"], saved["subfolder"], saved["type"])))
@@ -72,7 +72,7 @@ def test_sd3_inpaint_workflow_runs_on_the_tiny_folders(server):
 
 
 def test_sd3_image_mask_size_mismatch_is_a_clear_error(server):
-    prompt = load_api("sd3_controlnet_inpaint")
+    prompt = sd3_inpaint_prompt()
     prompt[node_id(prompt, "LoadImage")]["inputs"]["image"] = "fillscope_rgb.png"
     with pytest.raises(ComfyExecutionError) as e:
         server.run(prompt, timeout=300)
@@ -81,7 +81,7 @@ def test_sd3_image_mask_size_mismatch_is_a_clear_error(server):
 
 
 def test_missing_controlnet_folder_is_refused_at_validation(server):
-    prompt = load_api("sd3_controlnet_inpaint")
+    prompt = sd3_inpaint_prompt()
     prompt[node_id(prompt, "FillScopeLoadSD3InpaintControlNet")]["inputs"]["source"] = "SD3-Controlnet-missing"
     with pytest.raises(ComfyPromptError) as e:
         server.queue(prompt)
@@ -90,7 +90,7 @@ def test_missing_controlnet_folder_is_refused_at_validation(server):
 
 
 def test_flux_repository_on_the_sd3_transformer_loader_names_what_it_is(server):
-    prompt = load_api("sd3_controlnet_inpaint")
+    prompt = sd3_inpaint_prompt()
     prompt[node_id(prompt, "FillScopeLoadSD3Transformer")]["inputs"]["source"] = "FLUX.1-Fill-dev"
     with pytest.raises(ComfyExecutionError) as e:
         server.run(prompt, timeout=300)
@@ -100,8 +100,8 @@ def test_flux_repository_on_the_sd3_transformer_loader_names_what_it_is(server):
 
 
 def test_flux_vae_kind_on_an_sd3_repository_is_refused(server):
-    prompt = load_api("sd3_controlnet_inpaint")
-    prompt[node_id(prompt, "FillScopeLoadVAE")]["inputs"]["kind"] = "flux"
+    prompt = sd3_inpaint_prompt()
+    prompt[node_id(prompt, "FillScopeLoadVAE")]["inputs"].update(source="stable-diffusion-3-medium-diffusers", kind="flux")
     with pytest.raises(ComfyExecutionError) as e:
         server.run(prompt, timeout=300)
     assert "which has no FLUX VAE (it has the SD3 VAE)" in str(e.value) and "kind to sd3" in str(e.value)
@@ -118,7 +118,7 @@ def test_sd3_odd_size_runs_padded_and_says_so(server):
 
 
 def test_sd3_empty_mask_returns_the_input_with_a_warning(server):
-    prompt = with_synthetic_image(load_api("sd3_controlnet_inpaint"), 128, 96, mask_fraction=0.0)
+    prompt = with_synthetic_image(sd3_inpaint_prompt(), 128, 96, mask_fraction=0.0)
     entry = server.run(prompt, timeout=300)
     sampler = shapes_doc(entry, prompt, "FillScopeSD3ControlNetInpaintSampler")
     assert any("mask is empty" in w for w in sampler["node"]["warnings"])

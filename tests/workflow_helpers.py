@@ -1,15 +1,36 @@
-"""Reading the shipped API workflows and what a run left in /history (shared by the server tests)."""
+"""Reading the shipped workflows and what a run left in /history (shared by the server tests).
+
+API files (headless) are in api_workflows/ with their generator (graphs.py); the UI files (canvas, template browser)
+only in example_workflows/, the one folder ComfyUI's template scan should list."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-WORKFLOWS = Path(__file__).resolve().parent.parent / "workflows"
+REPO = Path(__file__).resolve().parent.parent
+WORKFLOWS = REPO / "api_workflows"  # API twins + graphs.py (not a folder ComfyUI scans for templates)
+EXAMPLES = REPO / "example_workflows"  # UI files: the templates
+
+# The session server's text_encoders/t5xxl_fp16.safetensors is the tiny FLUX T5 (as wide as the tiny FLUX transformer
+# reads); the tiny SD3 transformer reads a wider T5, so SD3 graphs take T5 from the tiny SD3 folder. With real weights
+# one t5xxl_fp16.safetensors serves both.
+SD3_TINY_T5 = "stable-diffusion-3-medium-diffusers"
 
 
 def load_api(name: str) -> dict:
     return json.loads((WORKFLOWS / f"{name}.api.json").read_text())
+
+
+def load_ui(name: str) -> dict:
+    return json.loads((EXAMPLES / f"{name}.json").read_text())
+
+
+def sd3_inpaint_prompt() -> dict:
+    """sd3_controlnet_inpaint as shipped, with the tiny SD3 T5 (see SD3_TINY_T5)."""
+    prompt = load_api("sd3_controlnet_inpaint")
+    prompt[node_id(prompt, "FillScopeLoadT5")]["inputs"]["source"] = SD3_TINY_T5
+    return prompt
 
 
 def node_id(prompt: dict, class_type: str) -> str:

@@ -1,333 +1,303 @@
 // FillScope canvas extension (ComfyUI frontend >= 1.32).
 //
-// After a FillScope node runs, its shapes table is shown ON the node, in a DOM widget:
-//   - nodes whose ui carries `fillscope_shapes` (schema fillscope.shapes/1, see fillscope/trace/records.py):
-//     one row per tensor of fillscope_shapes[0].node.tensors (role, name, shape, dtype, provenance badge
-//     "measured·meta|cpu|cuda" or "config"), then wall time (+ peak CUDA memory when present), then the
-//     warnings (highlighted), then notes and facts (dimmed);
-//   - the Shapes Report node (ui: text, fillscope_report, fillscope_boundaries): the boundary table;
-//   - anything else with a `text` ui array: that text, as plain text.
-// Everything is built with document.createElement + textContent: data never reaches innerHTML.
-// The widget is display-only: it is kept out of the saved workflow (widgets_values) and out of the prompt.
+// After a FillScope node runs, its face shows the key of its shapes table, drawn on the canvas (a widget named
+// "fillscope_summary", readable at every zoom), and a click on it opens the whole table in a dialog
+// (web/fillscope_table.js: what the summary and the table hold):
+//   - at a readable zoom: up to three lines (the key tensor's name, shape and dtype; the next output; tensors and
+//     wall time, or the first warning), with "⊞ table" (or "cached ⊞" for a table from ComfyUI's cache) at the right;
+//   - zoomed out (where LiteGraph draws no text: its low-quality mode, or the lines would be under 9 px on
+//     screen): the key alone ("fill_condition [1, 4096, 320]", or just the shape where the node is too narrow),
+//     drawn about 15 px high on screen over the node's widget area (whose own text is not drawn at that zoom).
+// The widget's `value` is the summary as text; `fsDrawn` is what its last draw showed ({mode, text, fontPx,
+// screenPx}). Like every FillScope widget it is display-only: not in widgets_values, not in the prompt.
+//
+// Where a node's table comes from (web/fillscope_memory.js):
+//   - `executed` (the node ran): its ui;
+//   - `execution_cached` (ComfyUI reused the node's output, and sends it no ui): the newest ui in /history of a node
+//     with the same class and inputs (the cache's own key), marked "cached";
+//   - loading a workflow, and after a page reload: what each node showed after the latest run of this workflow
+//     (from /history), marked "restored"; the viewer's report list is restored from /history too.
 //
 // Trace nodes (ui `fillscope_report` starting with an .html file) also get a button widget, "Open architecture
-// report", that opens the architecture viewer (web/fillscope_viewer.js: a sidebar tab) on that node's report;
-// like the table it is display-only (not in widgets_values, not in the prompt).
+// report", that opens the architecture viewer (web/fillscope_viewer.js: a sidebar tab) on that node's report.
 //
-// Public hooks:
-//   window.FillScope.lastReport: {filename, subfolder, type} of the newest report file a FillScope node wrote
-//   (the first file of its ui `fillscope_report`: a trace node's .html, a Shapes Report node's .json; a file in
-//   ComfyUI's output folder, fetchable with /view?filename=..&subfolder=..&type=..), or null before any report
-//   arrived. The viewer follows it live.
-//   window.FillScope.reports (this session's reports, newest first), window.FillScope.openViewer(report?).
+// Public hooks (window.FillScope): lastReport ({filename, subfolder, type} of the newest report file, or null: a
+// file in ComfyUI's output folder, fetchable with /view), reports (newest first), openViewer(report?),
+// openTable(nodeId) (the dialog of a node's table), tableOf(nodeId) ({message, source, time} or null).
 import { app } from "../../scripts/app.js";
-import { addReport, addFallbackButton, openViewer, registerSidebar } from "./fillscope_viewer.js";
+import { api } from "../../scripts/api.js";
+import { cachedTables, fetchHistory, lastTables, queuedPrompt } from "./fillscope_memory.js";
+import { openTable, summarize } from "./fillscope_table.js";
+import { addFallbackButton, addReport, openViewer, registerSidebar, restoreReports } from "./fillscope_viewer.js";
 
-const WIDGET_NAME = "fillscope_table"; // the DOM widget's name on a node
+const SUMMARY = "fillscope_summary"; // the summary widget's name on a node
 const BUTTON_NAME = "Open architecture report"; // the trace nodes' button widget (its name is its label)
-const FONT_PX = 11; // monospace font size of the panel
-const LINE_PX = 14; // its line height
-const CHAR_PX = FONT_PX * 0.61; // advance of one monospace character (DejaVu Sans Mono / Menlo ~0.6 em)
-const MAX_HEIGHT = 240; // px: the panel scrolls beyond this
-const MIN_HEIGHT = 40;
-const SQUEEZED_HEIGHT = 56; // px: the panel's height where a neighbouring node leaves no room (it scrolls)
-const GAP = 10; // px kept free between a grown node and its neighbours
-const MAX_NODE_WIDTH = 620; // px: the node grows to fit the table up to this width, then the panel scrolls
-const MARGIN = 6; // px around the panel inside the node (the DOM widget's margin; the frontend's default is 10)
-const PANEL_CHROME_PX = 2 * MARGIN + 2 * 6 + 2; // widget margins + panel padding + border
+const FONT_PX = 12; // the summary lines' font (graph units)
+const LINE_PX = 16;
+const PAD = 5;
+const MIN_LINES = 2; // the widget is this many lines high at least, where there is room (for the zoomed-out label)
+const GAP = 10; // px kept free between a grown node and the node below it
+const BIG_SCREEN_PX = 15; // the zoomed-out label's height on screen
+const SMALL_SCREEN_PX = 9; // lines smaller than this on screen give way to the zoomed-out label
+const MONO = 'ui-monospace, SFMono-Regular, Menlo, Consolas, "DejaVu Sans Mono", monospace';
+const SOURCES = { run: "ran", cached: "from ComfyUI's cache", restored: "restored from /history" };
 
-if (!window.FillScope || typeof window.FillScope !== "object") {
-  window.FillScope = { lastReport: null };
-} else if (!("lastReport" in window.FillScope)) {
-  window.FillScope.lastReport = null;
+const FS = (window.FillScope = window.FillScope && typeof window.FillScope === "object" ? window.FillScope : {});
+
+function isFillScope(node) {
+  return typeof node?.type === "string" && node.type.startsWith("FillScope");
 }
 
-// ---- small DOM helpers (text only) ------------------------------------------------------------
-function el(tag, className, text) {
-  const e = document.createElement(tag);
-  if (className) e.className = className;
-  if (text !== undefined && text !== null) e.textContent = String(text);
-  return e;
+// ---- the summary widget --------------------------------------------------------------------------
+function heightOf(w) {
+  return (w.fs?.shown ?? MIN_LINES) * LINE_PX + 2 * PAD;
 }
 
-function str(v) {
-  if (v === null || v === undefined) return "";
-  if (typeof v === "object") {
-    try {
-      return JSON.stringify(v);
-    } catch {
-      return String(v);
+function colour(tone) {
+  const LG = globalThis.LiteGraph ?? {};
+  if (tone === "key") return "#9cdcfe";
+  if (tone === "warn") return "#ff8f8f";
+  if (tone === "dim") return LG.WIDGET_SECONDARY_TEXT_COLOR ?? "#999";
+  return LG.WIDGET_TEXT_COLOR ?? "#ddd";
+}
+
+/** `text` cut to `room` px (with "…") in the context's current font. */
+function fit(ctx, text, room) {
+  if (ctx.measureText(text).width <= room) return text;
+  let lo = 0, hi = text.length;
+  while (lo < hi) {
+    const mid = (lo + hi + 1) >> 1;
+    if (ctx.measureText(text.slice(0, mid) + "…").width <= room) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo ? text.slice(0, lo) + "…" : "";
+}
+
+function drawLines(ctx, w, x, y, width, scale) {
+  const LG = globalThis.LiteGraph ?? {};
+  const { summary, source } = w.fs;
+  ctx.fillStyle = LG.WIDGET_BGCOLOR ?? "#222";
+  ctx.strokeStyle = LG.WIDGET_OUTLINE_COLOR ?? "#666";
+  ctx.beginPath();
+  ctx.roundRect(x, y, width, heightOf(w), 6);
+  ctx.fill();
+  ctx.stroke();
+  ctx.font = `${FONT_PX}px ${MONO}`;
+  ctx.textBaseline = "middle";
+  const hint = source === "cached" ? "cached ⊞" : "⊞ table";
+  const hintW = ctx.measureText(hint).width;
+  ctx.textAlign = "right";
+  ctx.fillStyle = colour("dim");
+  ctx.fillText(hint, x + width - PAD, y + PAD + LINE_PX / 2);
+  ctx.textAlign = "left";
+  summary.lines.slice(0, w.fs.shown).forEach((line, i) => {
+    const cy = y + PAD + LINE_PX * (i + 0.5);
+    const end = x + width - PAD - (i === 0 ? hintW + 8 : 0);
+    let cx = x + PAD;
+    for (const seg of line) {
+      const text = fit(ctx, seg.text, end - cx);
+      ctx.fillStyle = colour(seg.tone);
+      ctx.fillText(text, cx, cy);
+      cx += ctx.measureText(text).width;
+      if (text !== seg.text) break;
     }
-  }
-  return String(v);
-}
-
-function fmtShape(shape) {
-  return Array.isArray(shape) ? "[" + shape.map(str).join(", ") + "]" : shape == null ? "–" : str(shape);
-}
-
-function fmtTime(s) {
-  if (typeof s !== "number" || !isFinite(s)) return "–";
-  return s < 1 ? (s * 1000).toFixed(1) + " ms" : s.toFixed(2) + " s";
-}
-
-function fmtBytes(b) {
-  if (typeof b !== "number" || !isFinite(b)) return "";
-  if (b >= 2 ** 30) return (b / 2 ** 30).toFixed(2) + " GiB";
-  return (b / 2 ** 20).toFixed(1) + " MiB";
-}
-
-function badge(provenance, device) {
-  const p = str(provenance);
-  if (p === "measured") {
-    const d = str(device);
-    return el("span", "fs-badge fs-measured", d ? "measured·" + d : "measured");
-  }
-  if (p === "static-config") return el("span", "fs-badge fs-config", "config");
-  return el("span", "fs-badge fs-other", p || "?");
-}
-
-const ROLE = { input: "in", output: "out", internal: "int" };
-
-// ---- styles (once) ----------------------------------------------------------------------------
-function ensureStyle() {
-  if (document.getElementById("fillscope-style")) return;
-  const style = el("style");
-  style.id = "fillscope-style";
-  style.textContent = `
-.fillscope-panel { box-sizing: border-box; overflow: auto; font: ${FONT_PX}px/${LINE_PX}px ui-monospace, SFMono-Regular, Menlo, Consolas, "DejaVu Sans Mono", monospace;
-  color: var(--input-text, #ddd); background: var(--comfy-input-bg, #222); border: 1px solid var(--border-color, #4e4e4e);
-  border-radius: 4px; padding: 3px 6px; pointer-events: auto; }
-.fillscope-panel table { border-collapse: collapse; }
-.fillscope-panel th { text-align: left; font-weight: 600; opacity: .7; position: sticky; top: -3px; background: var(--comfy-input-bg, #222); }
-.fillscope-panel td, .fillscope-panel th { padding: 0 6px 0 0; white-space: nowrap !important; vertical-align: top; }
-.fillscope-panel td.fs-role { opacity: .55; }
-.fillscope-panel td.fs-shape { color: #9cdcfe; }
-.fillscope-panel tr.fs-missing td { opacity: .45; }
-.fillscope-panel .fs-title { font-weight: 600; margin-bottom: 2px; }
-.fillscope-panel .fs-badge { border-radius: 3px; padding: 0 3px; }
-.fillscope-panel .fs-measured { background: #1f4d2e; color: #b6f0c6; }
-.fillscope-panel .fs-config { background: #4d3d12; color: #ffe08a; }
-.fillscope-panel .fs-other { background: #444; color: #ccc; }
-.fillscope-panel .fs-meta { opacity: .85; }
-.fillscope-panel .fs-warning { padding: 0 4px 0 3px; background: #5a1d1d; color: #ffd0d0; border-left: 3px solid #ff6b6b; white-space: pre-wrap; }
-.fillscope-panel .fs-dim { opacity: .6; }
-.fillscope-panel div.fs-dim { white-space: pre-wrap; }
-.fillscope-panel pre.fs-text { margin: 0; white-space: pre; }
-`;
-  document.head.appendChild(style);
-}
-
-// ---- content builders -------------------------------------------------------------------------
-// Each builder returns {content, cols, rows, wraps}: the element, the widest cell of each table column in
-// characters (monospace, so the node can be sized without measuring the DOM, which the frontend only mounts
-// while the node is on screen), the number of unwrapped lines, and the lengths of the lines that wrap.
-
-function table(headers, rowCells, rowClass, decorate) {
-  const t = el("table");
-  const thead = el("thead");
-  const hr = el("tr");
-  for (const h of headers) hr.appendChild(el("th", null, h));
-  thead.appendChild(hr);
-  t.appendChild(thead);
-  const tbody = el("tbody");
-  const cols = headers.map((h) => h.length);
-  rowCells.forEach((cells, i) => {
-    const tr = el("tr", rowClass(i));
-    cells.forEach((cell, j) => {
-      const td = el("td", cell.cls);
-      if (cell.badge) td.appendChild(cell.badge);
-      else td.textContent = cell.text;
-      tr.appendChild(td);
-      const len = cell.badge ? cell.badge.textContent.length + 1 : cell.text.length;
-      cols[j] = Math.max(cols[j], len);
-    });
-    decorate?.(tr, i);
-    tbody.appendChild(tr);
   });
-  t.appendChild(tbody);
-  return { table: t, cols };
+  w.fsDrawn = { mode: "lines", text: w.value, fontPx: FONT_PX, screenPx: FONT_PX * scale };
 }
 
-function tensorCells(t) {
-  return [
-    { cls: "fs-role", text: ROLE[t?.role] ?? str(t?.role) },
-    { cls: "fs-name", text: str(t?.name) },
-    { cls: "fs-shape", text: fmtShape(t?.shape) },
-    { cls: "fs-dtype", text: str(t?.dtype) },
-    { cls: "fs-prov", badge: badge(t?.provenance, t?.device) },
-  ];
-}
-
-/** One node's record (fillscope.shapes/1 `node`): tensors, timing, warnings, notes, facts. */
-function buildRecord(record) {
-  const box = el("div", "fs-record");
-  const tensors = Array.isArray(record?.tensors) ? record.tensors : [];
-  let cols = [];
-  let rows = 0;
-  const wraps = [];
-  if (tensors.length) {
-    const built = table(["", "tensor", "shape", "dtype", "provenance"], tensors.map(tensorCells), () => "fs-row",
-      (tr, i) => { tr.dataset.tensor = str(tensors[i]?.name); });
-    box.appendChild(built.table);
-    cols = built.cols;
-    rows += tensors.length + 1;
-  }
-
-  let timing = "wall " + fmtTime(record?.wall_s);
-  if (typeof record?.peak_cuda_bytes === "number") timing += " · peak CUDA " + fmtBytes(record.peak_cuda_bytes);
-  box.appendChild(el("div", "fs-meta fs-timing", timing));
-  rows += 1;
-
-  const add = (cls, text) => {
-    box.appendChild(el("div", cls, text));
-    wraps.push(text.length + 1);
+function drawBig(ctx, node, w, y, width, scale, lowQuality) {
+  const { summary } = w.fs;
+  // the whole widget area: the other widgets draw no text at this zoom; DOM widgets (a prompt's text box) are
+  // hidden in low quality, else they cover the canvas: the label starts below them
+  const others = (node.widgets ?? []).filter((o) => o !== w && typeof o.y === "number" && !o.hidden && o.y < y);
+  let top = Math.min(y, ...others.map((o) => o.y));
+  if (!lowQuality) for (const o of others) if (o.element) top = Math.max(top, o.y + (o.computedHeight ?? 0));
+  const h = y + heightOf(w) - top;
+  ctx.fillStyle = node.bgcolor ?? globalThis.LiteGraph?.NODE_DEFAULT_BGCOLOR ?? "#353535";
+  ctx.beginPath();
+  ctx.roundRect(4, top, width - 8, h, 6);
+  ctx.fill();
+  const sizeFor = (text) => {
+    ctx.font = `bold 100px ${MONO}`;
+    const per = Math.max(1e-6, ctx.measureText(text).width / 100);
+    return Math.min(BIG_SCREEN_PX / scale, h * 0.8, (width - 16) / per);
   };
-  for (const w of Array.isArray(record?.warnings) ? record.warnings : []) add("fs-warning", "⚠ " + str(w));
-  for (const n of Array.isArray(record?.notes) ? record.notes : []) add("fs-dim fs-note", "note: " + str(n));
-  const facts = record?.facts && typeof record.facts === "object" ? Object.entries(record.facts) : [];
-  for (const [k, v] of facts) add("fs-dim fs-fact", str(k) + ": " + str(v));
-  return { content: box, cols, rows, wraps };
-}
-
-/** The Shapes Report node's boundary rows (fillscope/trace/summary.py boundary_rows). */
-function buildBoundaries(rows) {
-  const box = el("div", "fs-boundaries");
-  const list = rows.filter((r) => r && typeof r === "object");
-  const cells = list.map((r) => {
-    const observed = Array.isArray(r.shape);
-    return [
-      { cls: "fs-name", text: str(r.tensor) },
-      // a pixel tensor on a padded / cropped model grid says so (summary.py size_note): "(padded from 1000x600)"
-      { cls: "fs-shape", text: observed ? fmtShape(r.shape) + (r.size_note ? ` (${str(r.size_note)})` : "") : "not observed" },
-      { cls: "fs-dtype", text: str(r.dtype) },
-      observed ? { cls: "fs-prov", badge: badge(r.provenance, r.device) } : { cls: "fs-prov", text: "" },
-      { cls: "fs-boundary fs-dim", text: str(r.boundary) },
-      { cls: "fs-node fs-dim", text: str(r.node) },
-    ];
-  });
-  const built = table(["tensor", "shape", "dtype", "provenance", "boundary", "node"], cells,
-    (i) => (Array.isArray(list[i].shape) ? "fs-row" : "fs-row fs-missing"),
-    (tr, i) => { tr.dataset.tensor = str(list[i].tensor); });
-  box.appendChild(built.table);
-  return { content: box, cols: built.cols, rows: list.length + 1, wraps: [] };
-}
-
-function buildText(text) {
-  const lines = text.split("\n");
-  return { content: el("pre", "fs-text", text), cols: [Math.max(...lines.map((l) => l.length))], rows: lines.length, wraps: [] };
-}
-
-/** What to show for an executed message, or null when it carries nothing FillScope shows. */
-function buildContent(message) {
-  const doc = Array.isArray(message?.fillscope_shapes) ? message.fillscope_shapes[0] : undefined;
-  if (doc && typeof doc === "object" && doc.node && typeof doc.node === "object") return buildRecord(doc.node);
-  if (Array.isArray(message?.fillscope_boundaries)) return buildBoundaries(message.fillscope_boundaries);
-  if (Array.isArray(message?.text) && message.text.length) {
-    const text = message.text.map(str).join("\n");
-    if (text) return buildText(text);
+  let text = summary.big;
+  let size = sizeFor(text);
+  if (size * scale < BIG_SCREEN_PX * 0.75 && summary.short !== text) {
+    text = summary.short;
+    size = sizeFor(text);
   }
-  return null;
+  ctx.font = `bold ${size}px ${MONO}`;
+  ctx.textAlign = "center";
+  ctx.textBaseline = "middle";
+  ctx.fillStyle = colour("key");
+  ctx.fillText(text, width / 2, top + h / 2);
+  w.fsDrawn = { mode: "big", text, fontPx: size, screenPx: size * scale };
 }
 
-/** [node width, panel height] in px for built content, starting from the node's current width. */
-function layout(built, nodeWidth) {
-  const tableW = built.cols.reduce((sum, c) => sum + c * CHAR_PX + 6, 0);
-  const width = Math.min(MAX_NODE_WIDTH, Math.max(nodeWidth, Math.ceil(tableW) + PANEL_CHROME_PX));
-  const inner = Math.max(60, width - PANEL_CHROME_PX);
-  let lines = built.rows;
-  for (const n of built.wraps) lines += Math.max(1, Math.ceil((n * CHAR_PX) / inner));
-  const scrollbar = tableW > inner ? 12 : 0;
-  const height = Math.max(MIN_HEIGHT, Math.min(MAX_HEIGHT, lines * LINE_PX + 8 + scrollbar));
-  return [width, height];
+function summaryWidget(node) {
+  const old = node.widgets?.find((x) => x.name === SUMMARY);
+  if (old) return old;
+  const w = {
+    name: SUMMARY,
+    type: "fillscope_summary",
+    value: "",
+    serialize: false, // LGraphNode.serialize() skips it: widgets_values stay as saved
+    options: { serialize: false }, // graphToPrompt skips it
+    fs: null,
+    fsDrawn: null,
+    serializeValue: () => undefined,
+    computeSize: (width) => [width ?? node.size[0], heightOf(w)],
+    draw(ctx, n, width, y, _H, lowQuality) {
+      if (!w.fs) return;
+      const scale = app.canvas?.ds?.scale ?? 1;
+      ctx.save();
+      if (lowQuality || FONT_PX * scale < SMALL_SCREEN_PX) drawBig(ctx, n, w, y, width, scale, lowQuality);
+      else drawLines(ctx, w, 10, y, width - 20, scale);
+      ctx.restore();
+    },
+    onPointerDown(pointer) {
+      pointer.onClick = () => showTable(node);
+      return true;
+    },
+  };
+  return node.addCustomWidget(w);
 }
 
-/** Record the node's report files (ui `fillscope_report`) for the viewer; the entry, or null. */
-function rememberReport(node, message) {
+/** How tall `node` may grow (px from its top) before it reaches the node below it; Infinity when none is. */
+function roomBelow(node) {
+  const title = globalThis.LiteGraph?.NODE_TITLE_HEIGHT ?? 30;
+  const [x, y] = node.pos;
+  const w = node.size[0];
+  let bottom = Infinity;
+  for (const o of node.graph?._nodes ?? node.graph?.nodes ?? []) {
+    if (o === node || !o.pos || !o.size) continue;
+    const top = o.pos[1] - title;
+    if (top > y && o.pos[0] < x + w && o.pos[0] + o.size[0] > x) bottom = Math.min(bottom, top - GAP - y);
+  }
+  return bottom;
+}
+
+/** Remember `node`'s size before FillScope's widgets first grew it: the saved workflow keeps that size (onSerialize),
+ *  so showing a table never makes a workflow "modified"; a size the user or the frontend set later is kept. */
+function keepSize(node) {
+  if (!node.fsBaseSize) node.fsBaseSize = [node.size[0], node.size[1]];
+}
+
+/** Show `message` (a node's ui) on `node`; `source`: "run", "cached" or "restored". False when there is nothing.
+ *  The node grows to fit the summary's lines (up to three), into free canvas: with a node below it, fewer lines. */
+function show(node, message, source = "run", found = null) {
+  const summary = summarize(message);
+  if (!summary) return false;
+  keepSize(node);
+  node.fsTable = { message, source, time: Date.now(), promptId: found?.promptId ?? null };
+  const w = summaryWidget(node);
+  const room = roomBelow(node);
+  w.fs = { summary, source, shown: 1 };
+  w.value = summary.lines.map((l) => l.map((s) => s.text).join("")).join("\n");
+  for (let n = Math.max(MIN_LINES, summary.lines.length); n >= 1; n--) {
+    w.fs.shown = n;
+    if (node.computeSize()[1] <= room) break;
+  }
+  const need = node.computeSize()[1];
+  const grown = node.fsSize && node.size[0] === node.fsSize[0] && node.size[1] === node.fsSize[1]; // our last size
+  const h = grown ? Math.max(node.fsBaseSize[1], need) : Math.max(node.size[1], need);
+  if (h !== node.size[1]) node.setSize([node.size[0], h]);
+  node.fsSize = [node.size[0], node.size[1]];
+  node.setDirtyCanvas?.(true, true);
+  return true;
+}
+
+function showTable(node) {
+  const t = node?.fsTable;
+  if (!t) return null;
+  const when = t.source === "run" ? " at " + new Date(t.time).toLocaleTimeString() : "";
+  return openTable(node.title ?? node.type, t.message, node.id, SOURCES[t.source] + when);
+}
+
+// ---- reports ---------------------------------------------------------------------------------------
+function reportFiles(message) {
   const files = message?.fillscope_report;
-  const f = Array.isArray(files) ? files[0] : undefined;
-  if (!(f && typeof f === "object" && typeof f.filename === "string" && f.filename)) return null;
-  const clean = files.filter((x) => x && typeof x === "object" && typeof x.filename === "string" && x.filename)
-    .map((x) => ({ filename: x.filename, subfolder: str(x.subfolder), type: str(x.type || "output") }));
-  return addReport(clean, node);
+  if (!Array.isArray(files)) return [];
+  return files.filter((x) => x && typeof x === "object" && typeof x.filename === "string" && x.filename)
+    .map((x) => ({ filename: x.filename, subfolder: x.subfolder == null ? "" : String(x.subfolder), type: String(x.type || "output") }));
 }
 
 /** The "Open architecture report" button of a node whose report is an HTML page (the trace nodes). */
-function reportButton(node, entry) {
-  node.fsReport = { filename: entry.filename, subfolder: entry.subfolder, type: entry.type };
-  let widget = node.widgets?.find((w) => w.name === BUTTON_NAME);
-  if (widget) return widget;
-  widget = node.addWidget("button", BUTTON_NAME, null, () => openViewer(node.fsReport), {
+function reportButton(node, file) {
+  if (!/\.html?$/i.test(file?.filename ?? "")) return;
+  node.fsReport = file;
+  if (node.widgets?.some((w) => w.name === BUTTON_NAME)) return;
+  keepSize(node);
+  const widget = node.addWidget("button", BUTTON_NAME, null, () => openViewer(node.fsReport), {
     serialize: false, // graphToPrompt skips it
   });
   widget.serialize = false; // LGraphNode.serialize() skips it: widgets_values stay as saved
   widget.serializeValue = () => undefined;
-  return widget;
 }
 
-// ---- the widget -------------------------------------------------------------------------------
-function tableWidget(node) {
-  let widget = node.widgets?.find((w) => w.name === WIDGET_NAME);
-  if (widget) return widget;
-  ensureStyle();
-  const panel = el("div", "fillscope-panel");
-  panel.dataset.fillscope = "shapes";
-  // Scroll the panel, not the canvas, with the wheel.
-  panel.addEventListener("wheel", (e) => e.stopPropagation(), { passive: true });
-  widget = node.addDOMWidget(WIDGET_NAME, "fillscope", panel, {
-    serialize: false, // graphToPrompt skips widgets whose options.serialize === false
-    getValue: () => "",
-    setValue: () => {},
-    margin: MARGIN,
-    // The widget's layout height includes its margins; computeSize() and the node's layout use these.
-    getMinHeight: () => Math.min(widget?.fsHeight ?? MIN_HEIGHT, SQUEEZED_HEIGHT) + 2 * MARGIN,
-    getMaxHeight: () => (widget?.fsHeight ?? MIN_HEIGHT) + 2 * MARGIN,
-  });
-  // LGraphNode.serialize() skips widgets whose own `serialize` is false: widgets_values stay as saved.
-  widget.serialize = false;
-  widget.serializeValue = () => undefined;
-  widget.fsHeight = MIN_HEIGHT;
-  return widget;
+/** A table from elsewhere (the cache, /history) on `node`, with its report button; the viewer is not moved. */
+function showFound(node, found, source) {
+  reportButton(node, reportFiles(found.ui)[0]);
+  show(node, found.ui, source, found);
 }
 
-/** Room around `node` up to the nearest node to its right / below: {right, bottom} in px from node.pos
- *  (Infinity when free). Only nodes entirely right of / below the node's current box count. */
-function room(node, width, height) {
-  const title = globalThis.LiteGraph?.NODE_TITLE_HEIGHT ?? 30;
-  const [x, y] = node.pos;
-  const [w0, h0] = node.size;
-  let right = Infinity;
-  let bottom = Infinity;
-  const nodes = node.graph?._nodes ?? node.graph?.nodes ?? [];
-  for (const o of nodes) {
-    if (o === node || !o.pos || !o.size) continue;
-    const ox = o.pos[0], oy = o.pos[1] - title, ow = o.size[0], oh = o.size[1] + title;
-    if (ox >= x + w0 && oy < y + height && oy + oh > y - title) right = Math.min(right, ox - GAP - x);
-    if (oy >= y + h0 && ox < x + width && ox + ow > x) bottom = Math.min(bottom, oy - GAP - y);
+// ---- cached nodes, reloads ----------------------------------------------------------------------------
+async function promptOf(promptId) {
+  const queued = await queuedPrompt(promptId);
+  if (queued) return queued;
+  try {
+    const resp = await api.fetchApi("/history/" + encodeURIComponent(promptId), { cache: "no-store" });
+    const entry = (await resp.json())?.[promptId];
+    if (entry?.prompt?.[2]) return entry.prompt[2];
+  } catch {
+    /* below */
   }
-  return { right, bottom };
+  return (await app.graphToPrompt()).output;
 }
 
-function show(node, message) {
-  const built = buildContent(message);
-  if (!built) return;
-  const widget = tableWidget(node);
-  const [wantW, wantH] = layout(built, node.size[0]);
-  widget.fsHeight = wantH;
-  widget.element.replaceChildren(built.content);
-  widget.element.scrollTop = 0;
-  // Grow the node so the table fits, into free canvas only: a node to the right or below stops the growth
-  // and the panel scrolls (the user can still resize the node: the panel takes up to its full height).
-  // Never shrinks what the user sized. computeSize() counts the panel at its minimum (getMinHeight).
-  const squeezed = Math.min(wantH, SQUEEZED_HEIGHT);
-  const full = node.computeSize([wantW, 0])[1] + (wantH - squeezed);
-  const r = room(node, wantW, full);
-  const w = Math.max(node.size[0], Math.min(wantW, r.right));
-  const base = node.computeSize([w, 0])[1];
-  const h = Math.max(node.size[1], base, Math.min(base + (wantH - squeezed), room(node, w, full).bottom));
-  if (w !== node.size[0] || h !== node.size[1]) node.setSize([w, h]);
-  node.setDirtyCanvas?.(true, true);
+async function onCached(detail) {
+  const graph = app.graph;
+  const ids = (Array.isArray(detail?.nodes) ? detail.nodes : []).map(String).filter((id) => isFillScope(graph?.getNodeById(id)));
+  if (!ids.length) return;
+  const started = Date.now();
+  const tables = await cachedTables(await promptOf(detail.prompt_id), ids);
+  if (app.graph !== graph) return;
+  for (const [id, found] of tables) {
+    const node = graph.getNodeById(id);
+    if (node && !(node.fsTable?.source === "run" && node.fsTable.time >= started)) showFound(node, found, "cached");
+  }
 }
+
+let reportsRestored = false; // the viewer's list is restored once (on the page's first graph), tables on every load
+
+async function restoreGraph(graph) {
+  const started = Date.now();
+  const tables = graph?.nodes?.some(isFillScope);
+  if (!tables && reportsRestored) return;
+  const entries = await fetchHistory();
+  restoreReports(entries);
+  reportsRestored = true;
+  if (app.graph !== graph || !tables || !entries.length) return;
+  let prompt = null;
+  try {
+    prompt = (await app.graphToPrompt()).output;
+  } catch {
+    /* a graph that cannot be queued: the latest run of the workflow still counts */
+  }
+  if (app.graph !== graph) return;
+  for (const [id, found] of lastTables(graph, prompt, entries)) {
+    const node = graph.getNodeById(id);
+    if (node && !(node.fsTable && node.fsTable.time >= started)) showFound(node, found, "restored");
+  }
+}
+
+FS.openTable = (id) => showTable(app.graph?.getNodeById(id));
+FS.tableOf = (id) => {
+  const t = app.graph?.getNodeById(id)?.fsTable;
+  return t ? { message: t.message, source: t.source, time: t.time, promptId: t.promptId } : null;
+};
 
 app.registerExtension({
   name: "FillScope.ShapesOnNodes",
@@ -338,17 +308,31 @@ app.registerExtension({
   async setup() {
     // The architecture viewer: a sidebar tab where the frontend has the API (1.32.9: yes), else a dialog.
     if (!registerSidebar()) addFallbackButton();
+    api.addEventListener("execution_cached", (e) => {
+      onCached(e.detail).catch((err) => console.warn("[FillScope] could not show the cached nodes' tables", err));
+    });
+  },
+  async afterConfigureGraph() {
+    // not awaited: loading the workflow does not wait for /history
+    restoreGraph(app.graph).catch((err) => console.warn("[FillScope] could not restore the shapes tables", err));
   },
   async beforeRegisterNodeDef(nodeType, nodeData) {
     if (!nodeData?.name?.startsWith("FillScope")) return;
+    const onSerialize = nodeType.prototype.onSerialize;
+    nodeType.prototype.onSerialize = function (o) {
+      onSerialize?.apply(this, arguments);
+      // the size before FillScope's widgets grew the node, unless it was resized since (see keepSize)
+      const [b, s] = [this.fsBaseSize, this.fsSize];
+      if (b && s && o?.size && this.size[0] === s[0] && this.size[1] === s[1]) o.size = [b[0], b[1]];
+    };
     const onExecuted = nodeType.prototype.onExecuted;
     nodeType.prototype.onExecuted = function (message) {
       const r = onExecuted?.apply(this, arguments);
       try {
-        const entry = rememberReport(this, message);
-        // The button first, so that show() sizes the node with it.
-        if (entry && entry.kind === "html") reportButton(this, entry);
-        show(this, message);
+        const files = reportFiles(message);
+        if (files.length) addReport(files, this);
+        reportButton(this, files[0]); // the button first, so that the summary is the last widget
+        show(this, message, "run");
       } catch (err) {
         console.warn("[FillScope] could not show the shapes table", err);
       }

@@ -4,30 +4,37 @@
 //   - a sidebar tab ("FillScope", id `fillscope-architecture`), registered with the frontend's extension manager:
 //     app.extensionManager.registerSidebarTab({id, icon, title, tooltip, label, type: "custom", render, destroy})
 //     (frontend 1.32.9: useWorkspaceStore().registerSidebarTab -> useSidebarTabStore; a "custom" tab is mounted
-//     by the ExtensionSlot component, which calls render(el) on each mount and destroy() on unmount);
+//     by the ExtensionSlot component, which calls render(el) on each mount and destroy() on unmount). The
+//     frontend gives every tab 20% of the window; this tab widens its panel to WIDE_PERCENT while it is shown
+//     (the panel's gutter still resizes it, and the width the user leaves it at is kept for the next time) and
+//     gives the other tabs their width back when it closes;
 //   - without that API (an older or different frontend): a dialog of this module's own, opened from a small
 //     floating button and from the trace nodes' "Open architecture report" button;
 //   - "Expand" in the sidebar opens the same viewer in that dialog (the report is wide).
 //
 // What it shows: the report selected in its list, else the newest one (window.FillScope.lastReport, live: every
-// trace node run re-renders it), in an <iframe sandbox="allow-scripts"> -- the report's own inline script runs
-// (pages, language), but in an opaque origin: it cannot read ComfyUI's DOM, storage or cookies, nor call its
-// API. The HTML is fetched from /view (ComfyUI 0.3.75 serves .html there as application/octet-stream, a
-// download, so it cannot be the iframe's src) and handed to the iframe as `srcdoc`, with a
-// `<base href="about:srcdoc">` put first in its head (see srcdocOf: without it the report's page navigation
-// would navigate the frame to ComfyUI's own URL). The report's own Content-Security-Policy (no network, only
-// its own script by hash) still applies inside. The report's "⤓ JSON" link is inert there (the sandbox allows
-// no downloads); the viewer has its own ⤓ HTML / ⤓ JSON links (to /view).
+// trace node run re-renders it), in an <iframe sandbox="allow-scripts"> (web/fillscope_viewer_dom.js) -- the
+// report's own inline script runs (pages, language), but in an opaque origin: it cannot read ComfyUI's DOM,
+// storage or cookies, nor call its API, nor start a download. The HTML is fetched from /view (ComfyUI 0.3.75
+// serves .html there as application/octet-stream, a download, so it cannot be the iframe's src) and handed to the
+// iframe as `srcdoc`. The report's own Content-Security-Policy (no network, only its own script by hash) still
+// applies inside. The report tells the viewer its language (EN / 中文), which every view (sidebar, dialog, new
+// tab) then opens in, and remembered across reloads; its "⤓ JSON" link asks the viewer, which downloads the
+// report's .json file from /view. The viewer has its own ⤓ HTML / ⤓ JSON links (to /view) too.
 // A JSON report (the Shapes Report node's) is shown as text. Everything else is built with createElement and
 // textContent: no file name, title or prompt reaches innerHTML.
+//
+// The list: this session's reports and, after a page reload, those of the prompts in ComfyUI's /history
+// (restoreReports, called by web/fillscope.js), newest first.
 //
 // "Open in new tab" opens a blob: page built here (createHTMLDocument) that holds nothing but the same
 // sandboxed iframe, so the report never runs in ComfyUI's origin there either.
 import { app } from "../../scripts/app.js";
 import { api } from "../../scripts/api.js";
+import { download, el, ensureStyle, releaseSidebar, sandboxedFrame, srcdocOf, standalonePage, widenSidebar } from "./fillscope_viewer_dom.js";
 
 export const TAB_ID = "fillscope-architecture";
-const EMPTY_TEXT = "Run a FillScope trace node (workflows/flux_fill_trace.json) to see its report here";
+const EMPTY_TEXT = "Run a FillScope trace node (example_workflows/flux_fill_trace.json) to see its report here";
 const MAX_LIST = 20; // reports listed (newest first)
 const MAX_CACHE = 8; // fetched reports kept in memory (with their blob: pages)
 const MAX_JSON_CHARS = 400_000; // a JSON report is shown up to this many characters
@@ -67,14 +74,17 @@ function notify() {
   }
 }
 
-/** Record a report file of this session (a node's ui `fillscope_report` list, or one file). Returns its entry. */
-export function addReport(files, node) {
+/** Record a report file (a node's ui `fillscope_report` list, or one file). Returns its entry. A new report is
+ *  the newest and shown at once; with `opts.time` (a Date: a report of an earlier prompt, from /history) it is
+ *  put in the list by that time and changes nothing already listed or shown. */
+export function addReport(files, node, opts = {}) {
   const list = Array.isArray(files) ? files : [files];
   const ref = fileRef(list[0]);
   if (!ref) return null;
   const jsonRef = list.slice(1).map(fileRef).find((f) => f && kindOf(f.filename) === "json") ?? null;
   const key = keyOf(ref);
   const old = reports.findIndex((r) => r.key === key);
+  if (opts.time && old >= 0) return reports[old];
   const prev = old >= 0 ? reports.splice(old, 1)[0] : null;
   const entry = {
     ...ref,
@@ -84,13 +94,35 @@ export function addReport(files, node) {
     nodeId: node?.id ?? prev?.nodeId ?? null,
     nodeTitle: node ? String(node.title ?? node.type ?? "") : prev?.nodeTitle ?? "",
     nodeType: node ? String(node.type ?? "") : prev?.nodeType ?? "",
-    time: new Date(),
+    time: opts.time ?? new Date(),
   };
-  reports.unshift(entry);
+  if (opts.time) {
+    const at = reports.findIndex((r) => !(r.time >= entry.time));
+    reports.splice(at < 0 ? reports.length : at, 0, entry);
+    if (reports[0] !== entry) {
+      notify();
+      return entry;
+    }
+  } else reports.unshift(entry);
   last = ref;
   selectedKey = null; // a new report is shown at once
   notify();
   return entry;
+}
+
+/** The reports of the prompts in ComfyUI's /history (web/fillscope_memory.js fetchHistory: newest first), for a
+ *  page that was reloaded: oldest first into the list, each at its prompt's time. */
+export function restoreReports(entries) {
+  for (const e of [...(entries ?? [])].reverse()) {
+    const prompt = e.prompt?.[2] ?? {};
+    const done = e.status?.messages?.find?.((m) => Array.isArray(m) && m[0] === "execution_success")?.[1]?.timestamp;
+    for (const [nid, ui] of Object.entries(e.outputs ?? {})) {
+      if (!Array.isArray(ui?.fillscope_report)) continue;
+      const node = prompt[nid] ?? {};
+      addReport(ui.fillscope_report, { id: nid, title: node._meta?.title ?? node.class_type ?? "", type: node.class_type ?? "" },
+        { time: new Date(typeof done === "number" ? done : 0) });
+    }
+  }
 }
 
 // window.FillScope.lastReport: {filename, subfolder, type} of the newest report file, or null. Setting it (from
@@ -128,49 +160,53 @@ function select(key) {
   notify();
 }
 
+/** The .json file of a report: the one its node wrote with it, else the .html's namesake; a JSON report itself. */
+function jsonOf(entry) {
+  if (!entry) return null;
+  if (entry.kind === "json") return entry;
+  if (entry.json) return entry.json;
+  return entry.kind === "html" ? { ...entry, filename: entry.filename.replace(/\.html?$/i, ".json") } : null;
+}
+
+// ---- the report's language, carried from view to view (the report cannot store it in its sandbox) -------------
+const LANG_KEY = "fillscope.viewer.lang";
+let reportLang = (() => {
+  try {
+    return localStorage.getItem(LANG_KEY) === "zh" ? "zh" : "en";
+  } catch {
+    return "en";
+  }
+})();
+const views = new Set(); // the open ReportViews
+
+window.addEventListener("message", (e) => {
+  const d = e.data;
+  if (!d || typeof d !== "object" || d.fillscope !== "report") return;
+  const view = [...views].find((v) => v.frame && e.source === v.frame.contentWindow);
+  if (!view) return; // not one of the viewer's frames
+  // a download only for a click (the frame's user activation reaches this page): nothing else may start one
+  if (d.download === "json" && navigator.userActivation?.isActive !== false) {
+    const ref = jsonOf(view.shownEntry);
+    if (ref) download(viewURL(ref), ref.filename);
+  }
+  if ((d.lang === "en" || d.lang === "zh") && d.lang !== reportLang) {
+    reportLang = d.lang;
+    try {
+      localStorage.setItem(LANG_KEY, reportLang);
+    } catch {
+      /* not remembered */
+    }
+    for (const v of views) if (v !== view) v.post({ fillscope: "viewer", lang: reportLang });
+  }
+});
+FS.reportLang = () => reportLang;
+
 // ---- fetching ------------------------------------------------------------------------------------
-const cache = new Map(); // key -> Promise<{text, blobUrl}>
+const cache = new Map(); // key -> Promise<{text, blobUrl}>: the file's text, the new-tab page
 
 export function viewURL(ref) {
   const q = new URLSearchParams({ filename: ref.filename, subfolder: ref.subfolder ?? "", type: ref.type ?? "output" });
   return api.apiURL("/view?" + q.toString());
-}
-
-/** The report as the iframe's srcdoc: the same document with `<base href="about:srcdoc">` first in its head.
- *  A srcdoc document's base URL is its parent's, so the report's `history.replaceState(null, "", "#page=1")`
- *  would resolve to ComfyUI's own URL, fail in the opaque origin and fall back to location.replace(): the frame
- *  would navigate to ComfyUI itself. With the base, "#page=1" stays a fragment of about:srcdoc. The base comes
- *  before the report's own CSP meta (whose base-uri 'none' governs only what follows it); the report's
- *  script is kept byte for byte (its CSP hash still matches). Parsed with DOMParser: nothing runs here. */
-function srcdocOf(html) {
-  const doc = new DOMParser().parseFromString(html, "text/html");
-  const base = doc.createElement("base");
-  base.setAttribute("href", "about:srcdoc");
-  doc.head.prepend(base);
-  return "<!DOCTYPE html>\n" + doc.documentElement.outerHTML;
-}
-
-function sandboxedFrame(html, title) {
-  const f = document.createElement("iframe");
-  f.setAttribute("sandbox", "allow-scripts"); // no allow-same-origin: an opaque origin, no access to ComfyUI
-  f.setAttribute("referrerpolicy", "no-referrer");
-  f.title = title;
-  f.srcdoc = html;
-  return f;
-}
-
-/** A blob: page that only frames the report, sandboxed: what "open in new tab" opens. */
-function standalonePage(html, title) {
-  const doc = document.implementation.createHTMLDocument(title);
-  const meta = doc.createElement("meta");
-  meta.setAttribute("charset", "utf-8");
-  doc.head.prepend(meta);
-  const style = doc.createElement("style");
-  style.textContent = "html,body{margin:0;height:100%;background:#f4f6f9}iframe{display:block;border:0;width:100%;height:100%}";
-  doc.head.appendChild(style);
-  doc.body.appendChild(doc.importNode(sandboxedFrame(html, title), true));
-  const text = "<!DOCTYPE html>\n" + doc.documentElement.outerHTML;
-  return URL.createObjectURL(new Blob([text], { type: "text/html;charset=utf-8" }));
 }
 
 function load(entry) {
@@ -184,9 +220,11 @@ function load(entry) {
     const resp = await fetch(viewURL(entry), { cache: "no-store" });
     if (!resp.ok) throw new Error(`HTTP ${resp.status} for ${entry.filename}`);
     const text = await resp.text();
-    if (entry.kind !== "html") return { text, srcdoc: null, blobUrl: null };
-    const srcdoc = srcdocOf(text);
-    return { text, srcdoc, blobUrl: standalonePage(srcdoc, entry.filename) };
+    if (entry.kind !== "html") return { text, blobUrl: null };
+    const json = jsonOf(entry);
+    const page = standalonePage(srcdocOf(text, reportLang), entry.filename,
+      json && { url: viewURL(json), filename: json.filename }, reportLang);
+    return { text, blobUrl: page };
   })();
   cache.set(entry.key, p);
   p.catch(() => cache.get(entry.key) === p && cache.delete(entry.key)); // a failed load is retried next time
@@ -199,13 +237,6 @@ function load(entry) {
 }
 
 // ---- DOM helpers (text only) ------------------------------------------------------------------------
-function el(tag, className, text) {
-  const e = document.createElement(tag);
-  if (className) e.className = className;
-  if (text !== undefined && text !== null) e.textContent = String(text);
-  return e;
-}
-
 function link(text, className) {
   const a = el("a", className, text);
   a.setAttribute("rel", "noopener noreferrer");
@@ -214,53 +245,6 @@ function link(text, className) {
 
 function fmtClock(d) {
   return d instanceof Date ? d.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit" }) : "";
-}
-
-function ensureStyle() {
-  if (document.getElementById("fillscope-viewer-style")) return;
-  const style = el("style");
-  style.id = "fillscope-viewer-style";
-  style.textContent = `
-.fillscope-viewer { box-sizing: border-box; display: flex; flex-direction: column; gap: 6px; height: 100%; min-height: 0;
-  padding: 8px; color: var(--fg-color, #ddd); font: 13px/1.35 system-ui, sans-serif; }
-.fillscope-viewer * { box-sizing: border-box; }
-.fillscope-viewer .fsv-head { display: flex; align-items: center; gap: 8px; }
-.fillscope-viewer .fsv-title { font-weight: 600; font-size: 14px; flex: 1; min-width: 0; }
-.fillscope-viewer button { font: inherit; font-size: 12px; color: var(--input-text, #ddd); background: var(--comfy-input-bg, #222);
-  border: 1px solid var(--border-color, #4e4e4e); border-radius: 5px; padding: 3px 8px; cursor: pointer; }
-.fillscope-viewer button:hover { border-color: var(--descrip-text, #999); }
-.fillscope-viewer .fsv-current { display: flex; flex-wrap: wrap; align-items: baseline; gap: 4px 10px; font-size: 12px; }
-.fillscope-viewer .fsv-name { font-family: ui-monospace, Menlo, Consolas, "DejaVu Sans Mono", monospace; word-break: break-all; }
-.fillscope-viewer .fsv-from { opacity: .65; }
-.fillscope-viewer .fsv-links { display: flex; gap: 10px; margin-left: auto; }
-.fillscope-viewer .fsv-links a { color: var(--p-primary-color, #6cb6ff); text-decoration: none; white-space: nowrap; }
-.fillscope-viewer .fsv-links a:hover { text-decoration: underline; }
-.fillscope-viewer .fsv-links a[aria-disabled="true"] { opacity: .45; pointer-events: none; }
-.fillscope-viewer .fsv-body { flex: 1 1 auto; min-height: 240px; display: flex; border: 1px solid var(--border-color, #4e4e4e);
-  border-radius: 6px; overflow: hidden; background: var(--comfy-input-bg, #222); }
-.fillscope-viewer .fsv-body iframe { flex: 1; width: 100%; height: 100%; border: 0; background: #f4f6f9; }
-.fillscope-viewer .fsv-body pre { margin: 0; padding: 8px; overflow: auto; flex: 1; font: 11px/1.35 ui-monospace, Menlo, Consolas, monospace; white-space: pre; }
-.fillscope-viewer .fsv-empty { margin: auto; max-width: 320px; padding: 16px; text-align: center; opacity: .85; }
-.fillscope-viewer .fsv-empty .fsv-empty-title { font-weight: 600; margin-bottom: 6px; }
-.fillscope-viewer .fsv-error { color: #ff9b9b; }
-.fillscope-viewer .fsv-list { flex: 0 0 auto; max-height: 30%; overflow: auto; }
-.fillscope-viewer .fsv-list-title { font-size: 11px; text-transform: uppercase; letter-spacing: .05em; opacity: .65; margin: 2px 0 4px; }
-.fillscope-viewer .fsv-list ol { list-style: none; margin: 0; padding: 0; display: flex; flex-direction: column; gap: 3px; }
-.fillscope-viewer .fsv-item { width: 100%; text-align: left; display: flex; flex-direction: column; gap: 1px; }
-.fillscope-viewer .fsv-item > span { min-width: 0; max-width: 100%; overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
-.fillscope-viewer .fsv-item .fsv-item-name { font-family: ui-monospace, Menlo, Consolas, monospace; }
-.fillscope-viewer .fsv-item .fsv-item-meta { opacity: .6; font-size: 11px; }
-.fillscope-viewer .fsv-item[aria-current="true"] { border-color: var(--p-primary-color, #6cb6ff); }
-.fillscope-dialog-backdrop { position: fixed; inset: 0; z-index: 3000; background: rgba(0,0,0,.55); display: flex; }
-.fillscope-dialog { margin: 3vh auto; width: min(1500px, 94vw); height: 94vh; display: flex; flex-direction: column;
-  background: var(--comfy-menu-bg, #353535); border: 1px solid var(--border-color, #4e4e4e); border-radius: 8px;
-  box-shadow: 0 10px 40px rgba(0,0,0,.5); overflow: hidden; }
-.fillscope-dialog > .fillscope-viewer { flex: 1; }
-.fillscope-open-viewer { position: fixed; right: 14px; bottom: 14px; z-index: 1000; font: 12px system-ui, sans-serif;
-  color: var(--input-text, #ddd); background: var(--comfy-menu-bg, #353535); border: 1px solid var(--border-color, #4e4e4e);
-  border-radius: 6px; padding: 5px 10px; cursor: pointer; }
-`;
-  document.head.appendChild(style);
 }
 
 // ---- one view (sidebar tab or dialog) ----------------------------------------------------------------
@@ -303,14 +287,27 @@ class ReportView {
 
     this.root.append(head, this.current, this.body, this.list);
     container.replaceChildren(this.root);
+    this.frame = null; // the report's iframe while one is shown
+    this.shownEntry = null;
+    views.add(this);
     this.unsubscribe = FS.subscribe(() => this.update());
     this.update();
   }
 
   destroy() {
+    views.delete(this);
     this.unsubscribe?.();
     this.unsubscribe = null;
     this.root.remove();
+  }
+
+  /** A message to the report in this view's frame (the report checks that it comes from its parent). */
+  post(msg) {
+    try {
+      this.frame?.contentWindow?.postMessage(msg, "*");
+    } catch {
+      /* the frame is gone */
+    }
   }
 
   update() {
@@ -319,6 +316,7 @@ class ReportView {
     this.renderList(entry);
     if ((entry?.key ?? null) !== this.shownKey) {
       this.shownKey = entry?.key ?? null;
+      this.shownEntry = entry;
       this.renderBody(entry);
     }
   }
@@ -362,7 +360,7 @@ class ReportView {
       return;
     }
     box.hidden = false;
-    box.appendChild(el("div", "fsv-list-title", `Reports this session (${reports.length})`));
+    box.appendChild(el("div", "fsv-list-title", `Reports (${reports.length})`));
     const ol = el("ol");
     for (const r of reports.slice(0, MAX_LIST)) {
       const li = el("li");
@@ -383,6 +381,7 @@ class ReportView {
 
   renderBody(entry) {
     const body = this.body;
+    this.frame = null;
     if (!entry) {
       const empty = el("div", "fsv-empty");
       empty.append(el("div", "fsv-empty-title", "No architecture report yet"), el("div", "fsv-empty-text", EMPTY_TEXT));
@@ -396,11 +395,16 @@ class ReportView {
       (r) => {
         if (this.shownKey !== entry.key) return;
         if (entry.kind === "html") {
-          const frame = sandboxedFrame(r.srcdoc, "FillScope architecture report: " + entry.filename);
+          const frame = sandboxedFrame(srcdocOf(r.text, reportLang), "FillScope architecture report: " + entry.filename);
           frame.className = "fsv-frame";
           frame.dataset.key = entry.key;
           frame.dataset.filename = entry.filename;
-          frame.addEventListener("load", () => { frame.dataset.loaded = "true"; }, { once: true });
+          frame.addEventListener("load", () => {
+            // the report learns it is in the viewer (its JSON link asks here), in the viewer's language
+            frame.contentWindow?.postMessage({ fillscope: "viewer", lang: reportLang }, "*");
+            frame.dataset.loaded = "true";
+          }, { once: true });
+          this.frame = frame;
           body.replaceChildren(frame);
         } else {
           let text = r.text;
@@ -468,7 +472,6 @@ export function closeDialog() {
 // ---- the sidebar tab ------------------------------------------------------------------------------
 let sidebarView = null;
 let sidebarRegistered = false;
-
 function sidebarStore() {
   const st = app.extensionManager?.sidebarTab;
   return st && typeof st.toggleSidebarTab === "function" ? st : null;
@@ -491,8 +494,16 @@ export function registerSidebar() {
         sidebarView?.destroy();
         container.style.height = "100%";
         sidebarView = new ReportView(container, "sidebar");
+        // called from a Vue ref: the panel is an ancestor after the patch; another tab may reuse the frontend's slot
+        // without calling destroy(): the container then leaves the DOM
+        requestAnimationFrame(() => widenSidebar(container, () => {
+          if (sidebarView?.root.parentElement !== container) return;
+          sidebarView.destroy();
+          sidebarView = null;
+        }));
       },
       destroy: () => {
+        releaseSidebar();
         sidebarView?.destroy();
         sidebarView = null;
       },

@@ -97,7 +97,9 @@ def read_header(path: Path, input_name: str = "source") -> tuple[dict, dict]:
         head = f.read(8)
         if len(head) < 8:
             raise unreadable(input_name, path, f"it is only {size} bytes long (empty or truncated).")
-        _refuse_disguised(head, path, input_name)
+        if f.read(1) != b"{":  # a safetensors header is JSON: its length can start with pickle's or zip's bytes
+            _refuse_disguised(head, path, input_name)
+        f.seek(8)
         n = int.from_bytes(head, "little")
         if n > size - 8:
             raise unreadable(input_name, path, f"its header says {n:,} bytes of JSON but the file holds only {size:,} "

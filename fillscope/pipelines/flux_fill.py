@@ -88,6 +88,28 @@ def pack_mask(mask, vae_scale: int = 8):
     return pack_latents(m.reshape(b, vae_scale * vae_scale, lh, lw))
 
 
+def check_text(transformer: Component, text: FluxTextCondition, name: str = "flux_text") -> None:
+    """The text condition against the transformer's config, before anything is placed or sampled: a T5 sequence
+    [B, L, joint_attention_dim] (any length L) and a pooled vector [B, pooled_projection_dim] of the same batch."""
+    cfg = transformer.config
+    width, pooled_width = cfg.get("joint_attention_dim"), cfg.get("pooled_projection_dim")
+    hidden, pooled = text.t5_hidden, text.pooled
+    want = f"a T5 sequence [B, L, {width}] and a CLIP-L pooled vector [B, {pooled_width}]"
+    fix = "encode the prompt with FLUX's own text encoders: T5-XXL for the sequence, CLIP-L for the pooled vector."
+    if getattr(hidden, "ndim", 0) != 3 or getattr(pooled, "ndim", 0) != 2:
+        raise FillScopeInputError(name, f"holds tensors of shape {list(getattr(hidden, 'shape', []))} and "
+                                        f"{list(getattr(pooled, 'shape', []))}; FLUX reads {want}.", fix)
+    if (hidden.shape[-1], pooled.shape[-1]) != (width, pooled_width):
+        what = (" (the widths of an SD3 condition: its pooled vector is CLIP-L ++ CLIP-G)"
+                if pooled.shape[-1] == 2048 and hidden.shape[-1] == 4096 else "")
+        raise FillScopeInputError(
+            name, f"is {hidden.shape[-1]} channels per token with a pooled vector of {pooled.shape[-1]}{what}, but this "
+                  f"FLUX Fill transformer reads {want}.", fix)
+    if pooled.shape[0] != hidden.shape[0]:
+        raise FillScopeInputError(name, f"the T5 sequence has batch {hidden.shape[0]} but the pooled vector "
+                                        f"{pooled.shape[0]}.", "encode one prompt for both.")
+
+
 @dataclass(kw_only=True)
 class FillCondition(ConditionSource):
     """The Fill model's extra input: packed masked-image latents ++ packed mask."""
@@ -158,6 +180,7 @@ def sample_flux_fill(
             f"= {64 + cond.condition.shape[-1]}.",
             "connect the FLUX.1 Fill transformer.",
         )
+    check_text(transformer, text)
     device, dtype = transformer.device, model.dtype
     b = cond.condition.shape[0]
     lh, lw = cond.latent_height, cond.latent_width
@@ -178,7 +201,7 @@ def sample_flux_fill(
     x = pack_latents(latents)  # [B,N,64]
 
     condition = cond.condition.to(device=device, dtype=dtype)  # [B,N,320]
-    hidden_text = text.t5_hidden.to(device=device, dtype=dtype).expand(b, -1, -1)  # [B,512,4096]
+    hidden_text = text.t5_hidden.to(device=device, dtype=dtype).expand(b, -1, -1)  # [B,512,4096] (any length)
     pooled = text.pooled.to(device=device, dtype=dtype).expand(b, -1)  # [B,768]
     txt_ids = text.txt_ids.to(device=device, dtype=dtype)  # [512,3]
     img_ids = flux_image_ids(lh, lw, device=device, dtype=dtype)  # [N,3]

@@ -186,6 +186,41 @@ def check_side_limits(transformer: Component, controlnet: Component, cond: Inpai
             refuse_over_side_limit("condition", cond.prepared.geometry, limit, f"{title}'s position-embedding grid")
 
 
+def check_text(transformer: Component, positive: SD3TextCondition, negative: SD3TextCondition | None = None,
+               cfg: float = 7.0) -> None:
+    """The text conditions the sampler uses (the negative only under CFG) against the transformer's config, before
+    anything is placed or sampled: a joint context [B, L, joint_attention_dim] (any length L; positive and negative
+    may differ) and a pooled vector [B, pooled_projection_dim] of the same batch."""
+    config = transformer.config
+    width, pooled_width = config.get("joint_attention_dim"), config.get("pooled_projection_dim")
+    want = f"a joint context [B, L, {width}] and a pooled vector [B, {pooled_width}] (CLIP-L ++ CLIP-G)"
+    fix = "encode the prompt with SD3's text encoders (CLIP-L, CLIP-G and T5-XXL) into an SD3 text condition."
+    for name, text in (("positive", positive), ("negative", negative if cfg > 1.0 else None)):
+        if text is None:
+            continue
+        context, pooled = text.context, text.pooled
+        if getattr(context, "ndim", 0) != 3 or getattr(pooled, "ndim", 0) != 2:
+            raise FillScopeInputError(name, f"holds tensors of shape {list(getattr(context, 'shape', []))} and "
+                                            f"{list(getattr(pooled, 'shape', []))}; SD3 reads {want}.", fix)
+        if (context.shape[-1], pooled.shape[-1]) != (width, pooled_width):
+            what = (" (the widths of a FLUX text condition: T5-XXL and the CLIP-L pooled vector alone)"
+                    if (context.shape[-1], pooled.shape[-1]) == (4096, 768) else "")
+            raise FillScopeInputError(
+                name, f"is {context.shape[-1]} channels per token with a pooled vector of {pooled.shape[-1]}{what}, but "
+                      f"this SD3 transformer reads {want}.", fix)
+        if pooled.shape[0] != context.shape[0]:
+            raise FillScopeInputError(name, f"the joint context has batch {context.shape[0]} but the pooled vector "
+                                            f"{pooled.shape[0]}.", "encode one prompt for both.")
+
+
+def text_batches(texts: list) -> list[list]:
+    """The text conditions that share one denoiser pass a step. Under CFG, [negative, positive] in one batch [2B, ...]
+    as diffusers does, when their contexts have one length; contexts of different lengths (ComfyUI's encoders grow
+    with the prompt) cannot share a batch, and each gets its own pass, as ComfyUI's sampler does: per sample the same
+    computation."""
+    return [texts] if len({t.context.shape[1] for t in texts}) == 1 else [[t] for t in texts]
+
+
 def controlnet_keep(step: int, steps: int, start: float, end: float) -> float:
     """diffusers' rule: the ControlNet acts on step i when start <= i/steps and (i+1)/steps <= end."""
     return 1.0 - float(step / steps < start or (step + 1) / steps > end)
@@ -230,15 +265,17 @@ def sample_sd3_controlnet_inpaint(
     model, cnet = transformer.model, controlnet.model
     if cnet.config.get("extra_conditioning_channels", 0) + cnet.config.get("in_channels", 16) != cond.control.shape[1]:
         raise FillScopeInputError("controlnet", "this ControlNet does not take the 17-channel inpaint condition.", "load the SD3 inpainting ControlNet.")
-    if model.config.get("joint_attention_dim") != positive.context.shape[-1]:
-        raise FillScopeInputError("positive", f"context width {positive.context.shape[-1]} but the transformer expects {model.config.get('joint_attention_dim')}.", "wire the SD3 text condition.")
     use_cfg = cfg > 1.0
     if use_cfg and negative is None:
         raise FillScopeInputError("negative", f"CFG {cfg} needs a negative condition.", "wire a second SD3 text condition (an empty prompt is fine), or set cfg to 1.")
+    check_text(transformer, positive, negative, cfg)
     check_side_limits(transformer, controlnet, cond)
 
     device, dtype = transformer.device, model.dtype
     b = cond.control.shape[0]
+    for name, text in (("positive", positive), ("negative", negative if use_cfg else None)):
+        if text is not None and text.context.shape[0] not in (1, b):
+            raise FillScopeInputError(name, f"batch {text.context.shape[0]} for {b} images.", "encode one prompt.")
     lh, lw = cond.control.shape[-2:]
     if cond.is_empty:
         return SampledLatent(cond.control[:, :16], cond.prepared, "sd3", unchanged=True, info={"skipped": "empty mask"})
@@ -251,56 +288,67 @@ def sample_sd3_controlnet_inpaint(
     def batch(t, n):
         return t.to(device=device, dtype=dtype).expand(n, *t.shape[1:])
 
-    if use_cfg:
-        context = torch.cat([batch(negative.context, b), batch(positive.context, b)])  # [2B,333,4096]
-        pooled = torch.cat([batch(negative.pooled, b), batch(positive.pooled, b)])  # [2B,2048]
-        control = torch.cat([cond.control] * 2).to(device=device, dtype=dtype)  # [2B,17,h,w]
-    else:
-        context, pooled = batch(positive.context, b), batch(positive.pooled, b)
-        control = cond.control.to(device=device, dtype=dtype)
-    cnet_pooled = torch.zeros_like(pooled)  # the inpainting ControlNet gets no pooled text
+    # the denoiser passes of a step: (context, pooled, control, the ControlNet's pooled) each
+    passes = []
+    for group in text_batches([negative, positive] if use_cfg else [positive]):
+        context = torch.cat([batch(t.context, b) for t in group])  # [2B,333,4096] under CFG
+        pooled = torch.cat([batch(t.pooled, b) for t in group])  # [2B,2048]
+        control = torch.cat([cond.control] * len(group)).to(device=device, dtype=dtype)  # [2B,17,h,w]
+        passes.append((context, pooled, control, torch.zeros_like(pooled)))  # the inpainting ControlNet: no pooled text
     observe("initial_noise", noise)
-    observe("sampler.context", context)
-    observe("sampler.pooled", pooled)
-    observe("control_image", control)
+    observe("sampler.context", passes[-1][0])
+    observe("sampler.pooled", passes[-1][1])
+    observe("control_image", passes[-1][2])
 
     on_device = sigmas.to(device)  # once: no host<->device copy per step
     controlnet_steps = 0
+
+    def predict(x_in, t, scale, context, pooled, control, cnet_pooled):
+        """One denoiser pass: the ControlNet's residuals (none at scale 0), then the MMDiT with them added."""
+        timestep = t.expand(x_in.shape[0])
+        residuals = []
+        if scale != 0.0:
+            # (diffusers runs the ControlNet at scale 0 too and adds exact zeros: skipping it is the same sum)
+            residuals = cnet(
+                hidden_states=x_in, timestep=timestep, encoder_hidden_states=context,
+                pooled_projections=cnet_pooled, controlnet_cond=control, conditioning_scale=scale, return_dict=False,
+            )[0]  # 23 x [2B, tokens, width]
+        handles = _one_to_one_hooks(model, residuals) if residual_mapping == "one_to_one" else []
+        try:
+            velocity = model(
+                hidden_states=x_in, timestep=timestep, encoder_hidden_states=context, pooled_projections=pooled,
+                block_controlnet_hidden_states=(residuals or None) if residual_mapping == "diffusers" else None,
+                return_dict=False,
+            )[0]
+        finally:
+            for h in handles:
+                h.remove()
+        return velocity, residuals
+
     with torch.inference_mode():
         for i in range(run_steps):
-            x_in = torch.cat([latents] * 2) if use_cfg else latents  # [2B,16,h,w]
             t = on_device[i] * 1000.0
-            timestep = t.expand(x_in.shape[0])
             scale = control_scale * controlnet_keep(i, run_steps, control_start, control_end)
-            residuals = []
-            if scale != 0.0:
-                # (diffusers runs the ControlNet at scale 0 too and adds exact zeros: skipping it is the same sum)
-                residuals = cnet(
-                    hidden_states=x_in, timestep=timestep, encoder_hidden_states=context,
-                    pooled_projections=cnet_pooled, controlnet_cond=control, conditioning_scale=scale, return_dict=False,
-                )[0]  # 23 x [2B, tokens, width]
-            handles = _one_to_one_hooks(model, residuals) if residual_mapping == "one_to_one" else []
-            try:
-                velocity = model(
-                    hidden_states=x_in, timestep=timestep, encoder_hidden_states=context, pooled_projections=pooled,
-                    block_controlnet_hidden_states=(residuals or None) if residual_mapping == "diffusers" else None,
-                    return_dict=False,
-                )[0]
-            finally:
-                for h in handles:
-                    h.remove()
-            controlnet_steps += bool(residuals)
+            outputs = []
+            for context, pooled, control, cnet_pooled in passes:
+                n = context.shape[0] // b
+                x_in = torch.cat([latents] * n) if n > 1 else latents  # [2B,16,h,w] in a CFG batch
+                velocity, residuals = predict(x_in, t, scale, context, pooled, control, cnet_pooled)
+                outputs.append((x_in, velocity, residuals if i == 0 else bool(residuals)))
+            velocity = outputs[0][1] if len(outputs) == 1 else torch.cat([o[1] for o in outputs])  # negative first
+            controlnet_steps += bool(outputs[-1][2])
             if i == 0:
+                x_in, _, residuals = outputs[-1]
                 observe("transformer.input", x_in)
                 for k, r in enumerate(residuals):
                     if k in (0, len(residuals) - 1):
                         observe(f"controlnet.residual[{k}]", r)
                 observe("transformer.output", velocity)
                 require_finite_first_step("transformer", velocity, (
-                    ("positive / negative", [context, pooled], "the CLIP-L / CLIP-G / T5 text encoders"),
-                    ("condition", control, "the VAE (masked-image latents)"),
+                    ("positive / negative", [x for p in passes for x in p[:2]], "the CLIP-L / CLIP-G / T5 text encoders"),
+                    ("condition", passes[-1][2], "the VAE (masked-image latents)"),
                     ("condition", x_in, "the VAE (source latents, denoise < 1)"),
-                    ("controlnet", list(residuals), "the ControlNet"),
+                    ("controlnet", [r for o in outputs for r in o[2]], "the ControlNet"),
                 ))
             if use_cfg:
                 uncond, text = velocity.chunk(2)
@@ -315,6 +363,9 @@ def sample_sd3_controlnet_inpaint(
     info = {"steps_run": run_steps, "shift": shift, "sigma_start": float(sigmas[0]), "cfg": cfg,
             "controlnet_residuals": cnet.config.get("num_layers"), "controlnet_steps": controlnet_steps,
             "residual_mapping": residual_mapping}
+    if len(passes) > 1:
+        info["cfg_passes"] = (f"2 (negative {negative.context.shape[1]} and positive {positive.context.shape[1]} "
+                              "context tokens: one pass each)")
     return SampledLatent(latents, cond.prepared, "sd3", info=info)
 
 

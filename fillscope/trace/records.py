@@ -8,7 +8,7 @@ Schema `fillscope.shapes/1` (the JSON every node's `shapes` output holds):
 
     RECORD = {"id", "node", "title", "wall_s", "peak_cuda_bytes" (null off CUDA),
               "tensors": [{"name", "role": input|output|internal, "shape", "dtype", "device",
-                           "provenance": "measured" | "static-config"}],
+                           "provenance": "measured" | "static-config" | "from <where> (<what>)"}],
               "facts": {name: value}, "notes": [...], "warnings": [...],
               "table": "flux_fill" | "sd3_controlnet",    # optional
               "geometry": {"width", "height", "grid_width", "grid_height", "mode": exact|pad|crop,
@@ -19,7 +19,9 @@ Schema `fillscope.shapes/1` (the JSON every node's `shapes` output holds):
 input image, so a table can say when a size is padded or cropped.
 
 A tensor row is `measured` when its shape was read off a tensor that existed in this run (on cuda, cpu or
-meta: `device` says which), `static-config` when it comes from a config file without running anything.
+meta: `device` says which), `static-config` when it comes from a config file without running anything, and
+`from <where> (<what>)` when it was read off a tensor FillScope did not make but was handed from outside (e.g.
+"from ComfyUI CONDITIONING (pooled_output)": a conditioning made by another node pack's encoders).
 """
 
 from __future__ import annotations
@@ -70,6 +72,12 @@ class ShapeRecorder:
         self.record["tensors"].append(
             {"name": name, "role": role, "shape": list(shape), "dtype": dtype, "device": device, "provenance": MEASURED}
         )
+
+    def given(self, name: str, t, provenance: str, role: str = "input") -> None:
+        """A tensor handed to the node from outside FillScope: its shape read off it in this run, its provenance
+        naming where it came from ("from <where> (<what>)")."""
+        self.record["tensors"].append({"name": name, "role": role, "shape": list(t.shape), "dtype": dtype_name(t.dtype),
+                                       "device": t.device.type, "provenance": provenance})
 
     def observe(self, name: str, t) -> None:
         """Engine callback: a boundary tensor seen inside the node's computation."""

@@ -16,7 +16,9 @@ keys), produced by the trace driver. The pages:
 
 Every figure carries a provenance badge ("measured · CUDA", "measured · meta"/"measured · cpu", "estimated",
 "static config", "run setting"), bilingual like every label (EN / 中文, switchable, remembered in the URL hash
-and localStorage). The run settings in every page's footer (size, batch, dtype, device, steps) are badged as
+and localStorage; inside FillScope's viewer, a sandboxed frame without storage or downloads, the page tells the viewer
+its page and language by postMessage and its JSON link asks the viewer for the .json file: web/fillscope_viewer_dom.js).
+The run settings in every page's footer (size, batch, dtype, device, steps) are badged as
 run settings: they are what the run was asked to do, not something it measured.
 
 Escaping: the page is built server-side by a tiny element builder (`markup.el`) in which every string that is

@@ -32,6 +32,17 @@
     prev.disabled = p === 1; next.disabled = p === n;
     counter.textContent = p + " / " + n;
     writeHash();
+    tellHost();
+  }
+  // In FillScope's viewer (a sandboxed frame: no storage, no downloads) the viewer says so with a message; the
+  // report then tells it its page and language (the viewer carries the language into its other views), and its
+  // JSON link asks the viewer for the .json file instead of a download the sandbox would block.
+  var host = null;
+  function tellHost(extra) {
+    if (!host) { return; }
+    var msg = { fillscope: "report", page: cur, lang: lang };
+    if (extra) { msg.download = extra; }
+    try { host.postMessage(msg, "*"); } catch (e) { /* the viewer is gone */ }
   }
   function setLang(l) {
     lang = l === "zh" ? "zh" : "en";
@@ -45,6 +56,7 @@
     });
     try { localStorage.setItem("fillscope.report.lang", lang); } catch (e) {}
     writeHash();
+    tellHost();
   }
   tabs.forEach(function (t) {
     t.addEventListener("click", function () { show(t.getAttribute("data-goto")); window.scrollTo(0, 0); });
@@ -69,14 +81,27 @@
     if (h.lang && h.lang !== lang) { setLang(h.lang); }
     if (h.page && parseInt(h.page, 10) !== cur) { show(h.page); }
   });
+  window.addEventListener("message", function (e) {
+    var d = e.data;
+    if (window.parent === window || e.source !== window.parent || !d || d.fillscope !== "viewer") { return; }
+    host = window.parent;
+    if (d.lang === "en" || d.lang === "zh") { setLang(d.lang); } else { tellHost(); }
+  });
+  var dl = document.querySelector("a.dl");
+  if (dl) {
+    dl.addEventListener("click", function (e) {
+      if (host) { e.preventDefault(); tellHost("json"); }
+    });
+  }
   window.addEventListener("beforeprint", function () {
     Array.prototype.forEach.call(document.querySelectorAll("details"), function (d) { d.open = true; });
   });
   var h = parseHash(), stored = null;
   try { stored = localStorage.getItem("fillscope.report.lang"); } catch (e) {}
   root.classList.add("js");
-  setLang(h.lang || stored || "en");
+  // the language: the URL's, else the one remembered here, else the page's own (a viewer sets it in the markup)
+  setLang(h.lang || stored || root.getAttribute("data-lang") || "en");
   show(h.page || 1);
   window.fillscopeReport = { show: show, setLang: setLang,
-    page: function () { return cur; }, lang: function () { return lang; } };
+    page: function () { return cur; }, lang: function () { return lang; }, hosted: function () { return !!host; } };
 })();

@@ -1,0 +1,552 @@
+"""The shipped workflows, defined once; `python api_workflows/graphs.py --object-info URL|FILE` writes each as an
+API-format file here in api_workflows/ (headless: POST /prompt, `comfy run`) and a UI-format file in
+example_workflows/ (the canvas and ComfyUI's template browser), so the two stay the same graph. The UI format needs
+each node's widget order, which it reads from ComfyUI's /object_info; it adds what only the canvas shows: coloured
+groups, a read-me Note (notes.py) and the model files the Missing Models dialog offers.
+
+Only example_workflows/ may hold workflow JSON: ComfyUI 0.3.75 lists every *.json in a custom node's
+example_workflows, example, examples, workflow and workflows folders as a template, so the API twins live here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import urllib.request
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import notes
+
+HERE = Path(__file__).parent  # the API files (and this generator): a folder ComfyUI's template scan does not read
+EXAMPLES = HERE.parent / "example_workflows"  # the UI files: what ComfyUI's template browser lists
+SPREAD = (1.75, 1.6)  # canvas units per graph unit (x, y)
+NOTE_TYPES = ("Note", "MarkdownNote")  # the frontend's own nodes: on the canvas only, never sent to the server
+# Group title -> colour (LiteGraph's group palette, as ComfyUI's own templates use it)
+GROUP_COLORS = {"Load models": "#3f789e", "Prompt": "#8A8", "Image and mask": "#b58b2a", "Sample": "#a1309b",
+                "Output": "#b06634", "Trace": "#a1309b"}
+
+
+@dataclass
+class Node:
+    id: int
+    type: str
+    inputs: dict  # widget values, or (node_id, output_slot) links
+    pos: tuple = (0, 0)
+    title: str | None = None
+    size: tuple = (320, 160)
+    models: list = field(default_factory=list)  # files the canvas offers to download (properties.models)
+
+
+@dataclass
+class Graph:
+    name: str
+    description: str
+    nodes: list = field(default_factory=list)
+    groups: list = field(default_factory=list)  # (title, [node ids]): coloured boxes on the canvas (GROUP_COLORS)
+    note: str = ""  # the read-me (markdown) on the canvas: downloads, or what a meta workflow shows
+
+def _loader(node_id, type_, source, dtype, pos, device="auto", models=(), **extra):
+    return Node(node_id, type_, {"source": source, **extra, "dtype": dtype, "device": device, "placeholder_seed": 0}, pos,
+                size=(360, 130), models=list(models))
+
+
+# Published single files: part -> (ComfyUI model folder, file name, URL). A loader's source is "<folder>/<name>"; the
+# model dicts are ComfyUI's template format (name, url, directory), on the loader and in the workflow's `models`.
+FLUX_FILL_FILES = {
+    "clip_l": ("text_encoders", "clip_l.safetensors",
+               "https://huggingface.co/comfyanonymous/flux_text_encoders/resolve/main/clip_l.safetensors"),
+    "t5": ("text_encoders", "t5xxl_fp16.safetensors",
+           "https://huggingface.co/comfyanonymous/flux_text_encoders/resolve/main/t5xxl_fp16.safetensors"),
+    "transformer": ("diffusion_models", "flux1-fill-dev.safetensors",
+                    "https://huggingface.co/black-forest-labs/FLUX.1-Fill-dev/resolve/main/flux1-fill-dev.safetensors"),
+    "vae": ("vae", "ae.safetensors", "https://huggingface.co/black-forest-labs/FLUX.1-schnell/resolve/main/ae.safetensors"),
+}
+_SD3 = "https://huggingface.co/stabilityai/stable-diffusion-3-medium/resolve/main/"
+SD3_FILES = {
+    "clip_l": ("text_encoders", "clip_l.safetensors", _SD3 + "text_encoders/clip_l.safetensors"),
+    "clip_g": ("text_encoders", "clip_g.safetensors", _SD3 + "text_encoders/clip_g.safetensors"),
+    "t5": ("text_encoders", "t5xxl_fp16.safetensors", _SD3 + "text_encoders/t5xxl_fp16.safetensors"),
+    # sd3_medium.safetensors holds the MMDiT and the VAE (no text encoders): both loaders read it
+    "transformer": ("checkpoints", "sd3_medium.safetensors", _SD3 + "sd3_medium.safetensors"),
+    "vae": ("checkpoints", "sd3_medium.safetensors", _SD3 + "sd3_medium.safetensors"),
+    # published as diffusion_pytorch_model.safetensors; the loader reads what it is from the header, any name works
+    "controlnet": ("controlnet", "SD3-Controlnet-Inpainting.safetensors",
+                   "https://huggingface.co/alimama-creative/SD3-Controlnet-Inpainting/resolve/main/"
+                   "diffusion_pytorch_model.safetensors"),
+}
+# FLUX.2 [klein] 4B distilled as published.
+KLEIN_4B_FILES = {
+    "qwen3": ("text_encoders", "qwen_3_4b.safetensors",
+              "https://huggingface.co/Comfy-Org/z_image_turbo/resolve/main/split_files/text_encoders/qwen_3_4b.safetensors"),
+    "transformer": ("diffusion_models", "flux-2-klein-4b.safetensors",
+                    "https://huggingface.co/black-forest-labs/FLUX.2-klein-4B/resolve/main/flux-2-klein-4b.safetensors"),
+    "vae": ("vae", "flux2-vae.safetensors",
+            "https://huggingface.co/Comfy-Org/flux2-dev/resolve/main/split_files/vae/flux2-vae.safetensors"),
+}
+
+
+def published(files) -> tuple[dict, dict]:
+    """({part: source entry}, {part: [model dict]}) of published single files."""
+    sources = {part: f"{folder}/{name}" for part, (folder, name, _) in files.items()}
+    models = {part: [{"name": name, "url": url, "directory": folder}] for part, (folder, name, url) in files.items()}
+    return sources, models
+
+
+klein_files = published  # the name issue 11 gave it
+META_SOURCES = {"clip_l": "meta", "clip_g": "meta", "t5": "meta", "transformer": "meta", "vae": "meta",
+                "controlnet": "meta", "qwen3": "meta"}
+SYNTHETIC = {"width": 1024, "height": 1024, "mask_fraction": 0.5}
+FLUX_GROUPS = [("Load models", [1, 2, 3, 4]), ("Prompt", [5]), ("Image and mask", [8, 9]), ("Sample", [10])]
+SD3_GROUPS = [("Load models", [1, 2, 3, 4, 5, 6]), ("Prompt", [7, 8]), ("Image and mask", [15, 16]), ("Sample", [17])]
+KLEIN_GROUPS = [("Load models", [1, 2, 3]), ("Prompt", [4]), ("Image and mask", [5, 6]), ("Sample", [7])]
+
+
+def flux_fill_graph(name, description, *, sources, dtype, prompt, steps, image_nodes, output_nodes, note,
+                    models=None) -> Graph:
+    """Loaders -> prompt -> condition -> sampler -> decode, with the image source and outputs supplied."""
+    models = models or {}
+    nodes = [
+        _loader(1, "FillScopeLoadCLIPL", sources["clip_l"], dtype, (0, 0), models=models.get("clip_l", ())),
+        _loader(2, "FillScopeLoadT5", sources["t5"], dtype, (0, 120), models=models.get("t5", ())),
+        _loader(3, "FillScopeLoadFluxFillTransformer", sources["transformer"], dtype, (0, 240),
+                models=models.get("transformer", ())),
+        _loader(4, "FillScopeLoadVAE", sources["vae"], dtype, (0, 360), kind="flux", models=models.get("vae", ())),
+        Node(5, "FillScopeFluxPrompt", {"clip_l": (1, 0), "t5": (2, 0), "text": prompt, "max_length": 512}, (380, 0),
+             size=(400, 220)),
+        *image_nodes,
+        Node(9, "FillScopeFluxFillCondition",
+             {"vae": (4, 0), "image": (8, 0), "mask": (8, 1), "invert_mask": False, "threshold": 0.5, "grow": 0,
+              "feather": 0, "size_mode": "pad"},
+             (760, 260), size=(320, 260)),
+        Node(10, "FillScopeFluxFillSampler",
+             {"transformer": (3, 0), "flux_text": (5, 0), "condition": (9, 0), "seed": 0, "steps": steps,
+              "guidance": 30.0, "denoise": 1.0},
+             (1140, 120), size=(320, 260)),
+        Node(11, "FillScopeVAEDecode", {"vae": (4, 0), "latent": (10, 0)}, (1520, 120), size=(320, 100)),
+        *output_nodes,
+    ]
+    outputs = [11] + [n.id for n in output_nodes]
+    return Graph(name, description, nodes, FLUX_GROUPS + [("Output", outputs)], note)
+
+
+def sd3_controlnet_graph(name, description, *, sources, dtype, prompt, negative, steps, image_nodes, output_nodes,
+                         note, models=None) -> Graph:
+    """Loaders -> one SD3 Prompt for the prompt and one for the negative -> 17-channel condition -> CFG sampler with
+    the inpainting ControlNet -> decode, with the image source and outputs supplied."""
+    models = models or {}
+    nodes = [
+        _loader(1, "FillScopeLoadCLIPL", sources["clip_l"], dtype, (0, 0), models=models.get("clip_l", ())),
+        _loader(2, "FillScopeLoadCLIPG", sources["clip_g"], dtype, (0, 120), models=models.get("clip_g", ())),
+        _loader(3, "FillScopeLoadT5", sources["t5"], dtype, (0, 240), models=models.get("t5", ())),
+        _loader(4, "FillScopeLoadSD3Transformer", sources["transformer"], dtype, (0, 360), variant="sd3-medium",
+                models=models.get("transformer", ())),
+        _loader(5, "FillScopeLoadSD3InpaintControlNet", sources["controlnet"], dtype, (0, 480),
+                models=models.get("controlnet", ())),
+        _loader(6, "FillScopeLoadVAE", sources["vae"], dtype, (0, 600), kind="sd3", models=models.get("vae", ())),
+        Node(7, "FillScopeSD3Prompt", {"clip_l": (1, 0), "clip_g": (2, 0), "t5": (3, 0), "text": prompt}, (380, 0),
+             title="SD3 Prompt (positive)", size=(400, 200)),
+        Node(8, "FillScopeSD3Prompt", {"clip_l": (1, 0), "clip_g": (2, 0), "t5": (3, 0), "text": negative}, (380, 190),
+             title="SD3 Prompt (negative)", size=(400, 200)),
+        *image_nodes,
+        Node(16, "FillScopeSD3InpaintCondition",
+             {"vae": (6, 0), "image": (15, 0), "mask": (15, 1), "invert_mask": False, "threshold": 0.5, "grow": 0,
+              "feather": 0, "size_mode": "pad"},
+             (760, 440), size=(320, 260)),
+        Node(17, "FillScopeSD3ControlNetInpaintSampler",
+             {"transformer": (4, 0), "controlnet": (5, 0), "positive": (7, 0), "negative": (8, 0), "condition": (16, 0),
+              "seed": 0, "steps": steps, "cfg": 7.0, "control_scale": 0.95, "control_start": 0.0, "control_end": 1.0,
+              "shift": 3.0, "denoise": 1.0, "residual_mapping": "one_to_one"},
+             (1140, 120), size=(340, 420)),
+        Node(18, "FillScopeVAEDecode", {"vae": (6, 0), "latent": (17, 0)}, (1540, 120), size=(320, 100)),
+        *output_nodes,
+    ]
+    outputs = [18] + [n.id for n in output_nodes]
+    return Graph(name, description, nodes, SD3_GROUPS + [("Output", outputs)], note)
+
+
+def load_image(node_id, pos) -> Node:
+    return Node(node_id, "LoadImage", {"image": "fillscope_example.png", "upload": "image"}, pos, size=(320, 360))
+
+
+def inpaint_outputs(first, decode, sampler, name, x=1900) -> list:
+    """Paste Back -> Save Image, and a Shapes Report of the whole graph."""
+    return [
+        Node(first, "FillScopePasteBack", {"generated": (decode, 0), "latent": (sampler, 0)}, (x, 120), size=(320, 100)),
+        Node(first + 1, "SaveImage", {"images": (first, 0), "filename_prefix": f"fillscope/{name}"}, (x + 220, 120),
+             size=(400, 420)),
+        Node(first + 2, "FillScopeShapesReport", {"shapes": (first, 1), "filename_prefix": f"fillscope/{name}"},
+             (x, 260), size=(320, 120)),
+    ]
+
+
+def report(node_id, shapes_of, name, pos=(1900, 120)) -> Node:
+    return Node(node_id, "FillScopeShapesReport", {"shapes": (shapes_of, 1), "filename_prefix": f"fillscope/{name}"}, pos,
+                size=(320, 120))
+
+
+_FLUX_SOURCES, _FLUX_MODELS = published(FLUX_FILL_FILES)
+_SD3_SOURCES, _SD3_MODELS = published(SD3_FILES)
+_KLEIN_SOURCES, _KLEIN_MODELS = published(KLEIN_4B_FILES)
+
+GRAPHS = [
+    flux_fill_graph(
+        "flux_fill_meta_trace",
+        "FLUX.1 Fill, full production topology on meta weights, 1 step: every boundary shape, any size, on any CPU.",
+        sources=META_SOURCES, dtype="bf16", prompt="a red brick fireplace", steps=1,
+        image_nodes=[Node(8, "FillScopeSyntheticImageMask", dict(SYNTHETIC), (380, 260), size=(320, 140))],
+        output_nodes=[report(12, 11, "flux_fill_meta_trace")],
+        note=notes.meta("FLUX.1 Fill [dev] on meta weights: every boundary shape", notes.SHAPES),
+    ),
+    flux_fill_graph(
+        "flux_fill_inpaint",
+        "FLUX.1 Fill [dev] inpainting with the published single files (flux1-fill-dev, clip_l, t5xxl_fp16, ae), bf16, "
+        "1024x1024, guidance 30, 28 steps; paste-back keeps unmasked pixels exact. Load an RGBA image whose "
+        "transparent area is the hole, or paint a mask in the mask editor.",
+        sources=_FLUX_SOURCES, models=_FLUX_MODELS, dtype="bf16", prompt="a red brick fireplace", steps=28,
+        image_nodes=[load_image(8, (380, 260))],
+        output_nodes=inpaint_outputs(12, 11, 10, "flux_fill_inpaint"),
+        note=notes.real_weights(
+            "FLUX.1 Fill [dev] inpainting: 28 steps, guidance 30, bf16 (about 34 GB of weights; 12-16 GB cards: set "
+            "storage = fp8_e4m3fn on the T5 and transformer loaders, under Show Advanced)",
+            FLUX_FILL_FILES.values(), extra=notes.gated("FLUX.1 Fill [dev]")),
+    ),
+    sd3_controlnet_graph(
+        "sd3_controlnet_meta_trace",
+        "SD3-medium + alimama inpainting ControlNet, full production topology on meta weights, 1 step with CFG: "
+        "every boundary shape, any size, on any CPU.",
+        sources=META_SOURCES, dtype="bf16", prompt="a red brick fireplace", negative="", steps=1,
+        image_nodes=[Node(15, "FillScopeSyntheticImageMask", dict(SYNTHETIC), (380, 440), size=(320, 140))],
+        output_nodes=[report(19, 18, "sd3_controlnet_meta_trace")],
+        note=notes.meta("SD3-medium + inpainting ControlNet on meta weights: every boundary shape", notes.SHAPES),
+    ),
+    sd3_controlnet_graph(
+        "sd3_controlnet_inpaint",
+        "SD3-medium + alimama-creative SD3 inpainting ControlNet with the published single files (sd3_medium, "
+        "clip_l, clip_g, t5xxl_fp16, the ControlNet), bf16, 1024x1024, 28 steps, CFG 7, control scale 0.95, 1:1 "
+        "residual mapping; paste-back keeps unmasked pixels exact.",
+        sources=_SD3_SOURCES, models=_SD3_MODELS, dtype="bf16", prompt="a red brick fireplace",
+        negative="blurry, low quality", steps=28,
+        image_nodes=[load_image(15, (380, 440))],
+        output_nodes=inpaint_outputs(19, 18, 17, "sd3_controlnet_inpaint"),
+        note=notes.real_weights(
+            "SD3-medium + alimama inpainting ControlNet: 28 steps, CFG 7 against the negative prompt, control scale "
+            "0.95, bf16", SD3_FILES.values(),
+            extra=notes.gated("SD3-medium") + " The ControlNet is published as `diffusion_pytorch_model.safetensors`: "
+            "save it in `models/controlnet/` as `SD3-Controlnet-Inpainting.safetensors` (FillScope reads what a file is "
+            "from its header, so any name works; this one matches the workflow)."),
+    ),
+]
+
+
+def klein_graph(name, description, *, sources, dtype, prompt, steps, image_nodes, condition, output_nodes, note,
+                models=None) -> Graph:
+    """Qwen3 + klein transformer + FLUX.2 VAE loaders -> Qwen3 encode -> inpaint or edit condition (node 6) ->
+    sampler -> decode, with the image source, condition and outputs supplied."""
+    models = models or {}
+    nodes = [
+        _loader(1, "FillScopeLoadQwen3", sources["qwen3"], dtype, (0, 0), variant="qwen3-4b", models=models.get("qwen3", ())),
+        _loader(2, "FillScopeLoadKleinTransformer", sources["transformer"], dtype, (0, 120), variant="klein-4b",
+                model_type="auto", models=models.get("transformer", ())),
+        _loader(3, "FillScopeLoadVAE", sources["vae"], dtype, (0, 260), kind="flux2", models=models.get("vae", ())),
+        Node(4, "FillScopeQwen3Encode", {"qwen3": (1, 0), "text": prompt}, (380, 0), size=(400, 200)),
+        *image_nodes,
+        condition,
+        Node(7, "FillScopeKleinSampler",
+             {"transformer": (2, 0), "positive": (4, 0), "condition": (6, 0), "seed": 0, "steps": steps,
+              "guidance": 4.0, "strength": 1.0, "model_type": "auto"},
+             (1140, 120), size=(340, 300)),
+        Node(8, "FillScopeVAEDecode", {"vae": (3, 0), "latent": (7, 0)}, (1520, 120), size=(320, 100)),
+        *output_nodes,
+    ]
+    outputs = [8] + [n.id for n in output_nodes]
+    return Graph(name, description, nodes, KLEIN_GROUPS + [("Output", outputs)], note)
+
+
+def klein_inpaint_condition(image_node: int = 5) -> Node:
+    return Node(6, "FillScopeKleinInpaintCondition",
+                {"vae": (3, 0), "image": (image_node, 0), "mask": (image_node, 1), "invert_mask": False,
+                 "threshold": 0.5, "grow": 0, "feather": 0, "size_mode": "pad", "token_mask": "cover"},
+                (760, 260), size=(320, 300))
+
+
+KLEIN_NOTE = ("klein 4B is distilled: 4 steps, no guidance (the sampler ignores `guidance`). For a base model "
+              "(flux-2-klein-base-4b) set model_type = base and wire a second Qwen3 Encode (an empty prompt) to the "
+              "sampler's negative.")
+GRAPHS += [
+    klein_graph(
+        "klein_inpaint",
+        "FLUX.2 [klein] 4B (distilled) inpainting with the published single files (models/diffusion_models/"
+        "flux-2-klein-4b.safetensors, models/text_encoders/qwen_3_4b.safetensors, models/vae/flux2-vae.safetensors), "
+        "bf16, 1024x1024, 4 steps, no guidance; paste-back keeps unmasked pixels exact. Load an RGBA image whose "
+        "transparent area is the hole, or paint a mask in the mask editor.",
+        sources=_KLEIN_SOURCES, models=_KLEIN_MODELS, dtype="bf16", prompt="a red brick fireplace", steps=4,
+        image_nodes=[load_image(5, (380, 260))],
+        condition=klein_inpaint_condition(),
+        output_nodes=inpaint_outputs(9, 8, 7, "klein_inpaint"),
+        note=notes.real_weights("FLUX.2 [klein] 4B inpainting: 4 steps, bf16 (about 15 GB of weights)",
+                                KLEIN_4B_FILES.values(), extra=KLEIN_NOTE),
+    ),
+    klein_graph(
+        "klein_edit",
+        "FLUX.2 [klein] 4B (distilled) reference-image editing, no mask (restyle by prompt, change, combine up to three "
+        "images): the published single files, bf16, the image's own size, 4 steps.",
+        sources=_KLEIN_SOURCES, models=_KLEIN_MODELS, dtype="bf16",
+        prompt="turn this room into a loose watercolour painting", steps=4,
+        image_nodes=[load_image(5, (380, 260))],
+        condition=Node(6, "FillScopeKleinEditCondition", {"vae": (3, 0), "image": (5, 0), "width": 0, "height": 0},
+                       (760, 260), size=(320, 200)),
+        output_nodes=[
+            Node(9, "SaveImage", {"images": (8, 0), "filename_prefix": "fillscope/klein_edit"}, (1900, 120), size=(400, 420)),
+            report(10, 8, "klein_edit", (1520, 220)),
+        ],
+        note=notes.real_weights(
+            "FLUX.2 [klein] 4B reference-image editing: no mask, the prompt says what to change", KLEIN_4B_FILES.values(),
+            extra="Wire up to three images to Klein Edit Condition (image, image_2, image_3); width / height 0 keep the "
+                  "first image's size.", image=False),
+    ),
+    klein_graph(
+        "klein_inpaint_meta_trace",
+        "FLUX.2 [klein] 4B inpainting, full production topology on meta weights, 4 steps: every boundary shape, any "
+        "size, on any CPU.",
+        sources=META_SOURCES, dtype="bf16", prompt="a red brick fireplace", steps=4,
+        image_nodes=[Node(5, "FillScopeSyntheticImageMask", dict(SYNTHETIC), (380, 260), size=(320, 140))],
+        condition=klein_inpaint_condition(),
+        output_nodes=[report(9, 8, "klein_inpaint_meta_trace")],
+        note=notes.meta("FLUX.2 [klein] 4B inpainting on meta weights: every boundary shape", notes.SHAPES),
+    ),
+]
+
+
+def trace_graph(name, description, model) -> Graph:
+    """Meta loaders -> the trace node, which runs one denoiser step under the tracers and writes the report."""
+    if model == "flux-fill":
+        loaders = [
+            _loader(1, "FillScopeLoadCLIPL", "meta", "bf16", (0, 0)),
+            _loader(2, "FillScopeLoadT5", "meta", "bf16", (0, 120)),
+            _loader(3, "FillScopeLoadFluxFillTransformer", "meta", "bf16", (0, 240)),
+            _loader(4, "FillScopeLoadVAE", "meta", "bf16", (0, 360), kind="flux"),
+        ]
+        trace = Node(5, "FillScopeFluxFillTrace", {"clip_l": (1, 0), "t5": (2, 0), "transformer": (3, 0), "vae": (4, 0)}, (400, 120))
+        title = "FLUX.1 Fill [dev]"
+    elif model == "klein-4b":
+        loaders = [
+            _loader(1, "FillScopeLoadQwen3", "meta", "bf16", (0, 0), variant="qwen3-4b"),
+            _loader(2, "FillScopeLoadKleinTransformer", "meta", "bf16", (0, 120), variant="klein-4b", model_type="auto"),
+            _loader(3, "FillScopeLoadVAE", "meta", "bf16", (0, 260), kind="flux2"),
+        ]
+        trace = Node(4, "FillScopeKleinTrace", {"qwen3": (1, 0), "transformer": (2, 0), "vae": (3, 0)}, (400, 120))
+        title = "FLUX.2 [klein] 4B (a klein-9b transformer and qwen3-8b trace 9B)"
+    else:
+        loaders = [
+            _loader(1, "FillScopeLoadCLIPL", "meta", "bf16", (0, 0)),
+            _loader(2, "FillScopeLoadCLIPG", "meta", "bf16", (0, 120)),
+            _loader(3, "FillScopeLoadT5", "meta", "bf16", (0, 240)),
+            _loader(4, "FillScopeLoadSD3Transformer", "meta", "bf16", (0, 360), variant="sd3-medium"),
+            _loader(5, "FillScopeLoadSD3InpaintControlNet", "meta", "bf16", (0, 480)),
+            _loader(6, "FillScopeLoadVAE", "meta", "bf16", (0, 600), kind="sd3"),
+        ]
+        trace = Node(7, "FillScopeSD3ControlNetTrace", {"clip_l": (1, 0), "clip_g": (2, 0), "t5": (3, 0), "transformer": (4, 0),
+                                                        "controlnet": (5, 0), "vae": (6, 0)}, (400, 240))
+        title = "SD3-medium + inpainting ControlNet"
+    trace.inputs.update(width=1024, height=1024, prompt="a red brick fireplace", line_trace=True,
+                        filename_prefix=f"fillscope/{name}")
+    trace.size = (360, 320)
+    groups = [("Load models", [n.id for n in loaders]), ("Trace", [trace.id])]
+    return Graph(name, description, [*loaders, trace], groups,
+                 notes.meta(f"{title}: the five-page architecture report", notes.REPORT))
+
+
+GRAPHS += [
+    trace_graph("flux_fill_trace", "FLUX.1 Fill on meta weights: one denoiser step under the module and line tracers; "
+                "writes the five-page architecture report (HTML + JSON) to output/fillscope/.", "flux-fill"),
+    trace_graph("sd3_controlnet_trace", "SD3-medium + inpainting ControlNet on meta weights: one CFG denoiser step under "
+                "the tracers; writes the five-page architecture report to output/fillscope/.", "sd3-controlnet-inpaint"),
+    trace_graph("klein_trace", "FLUX.2 [klein] 4B on meta weights: one inpaint denoiser step (noisy + reference tokens) "
+                "under the tracers; writes the five-page architecture report to output/fillscope/.", "klein-4b"),
+]
+
+def is_link(value) -> bool:
+    return isinstance(value, tuple) and len(value) == 2
+
+
+def to_api(graph: Graph) -> dict:
+    out = {}
+    for n in graph.nodes:
+        inputs = {}
+        for k, v in n.inputs.items():
+            if k == "upload":
+                continue
+            inputs[k] = [str(v[0]), v[1]] if is_link(v) else v
+        out[str(n.id)] = {"class_type": n.type, "inputs": inputs, "_meta": {"title": n.title or n.type}}
+    return out
+
+
+def widget_names(info: dict) -> list[tuple[str, dict]]:
+    """Widget inputs of a node type in canvas order, with their options (from /object_info)."""
+    order = info.get("input_order", {})
+    spec = {**info["input"].get("required", {}), **info["input"].get("optional", {})}
+    names = list(order.get("required", [])) + list(order.get("optional", []))
+    out = []
+    for name in names:
+        kind = spec[name][0]
+        opts = spec[name][1] if len(spec[name]) > 1 else {}
+        if isinstance(kind, list) or kind in ("INT", "FLOAT", "STRING", "BOOLEAN", "COMBO") or kind == "IMAGEUPLOAD":
+            if opts.get("forceInput"):
+                continue
+            out.append((name, opts))
+    return out
+
+
+WIDGET_TYPES = ("INT", "FLOAT", "STRING", "BOOLEAN", "COMBO", "IMAGEUPLOAD")
+SLOT_H, WIDGET_H, TITLE_H, GAP = 20, 24, 30, 20  # LiteGraph's row heights (frontend 1.32) and the space between nodes
+
+
+def min_height(info: dict) -> int:
+    """The height a node needs to show its sockets and every widget (the frontend 1.32 shows advanced inputs too)."""
+    spec = {**info["input"].get("required", {}), **info["input"].get("optional", {})}
+    sockets = sum(1 for v in spec.values() if not isinstance(v[0], list) and v[0] not in WIDGET_TYPES)
+    rows = 0
+    for name, opts in widget_names(info):
+        rows += 3 if opts.get("multiline") else 2 if opts.get("control_after_generate") else 1
+    return max(sockets, len(info["output"]), 1) * SLOT_H + rows * WIDGET_H + 16
+
+
+def layout(graph: Graph, object_info: dict) -> dict:
+    """{node id: [x, y, w, h]} on the canvas: graph units spread (SPREAD), each node at least as tall as its widgets
+    need, and the loaders stacked in one column with room for their title bars."""
+    boxes, below = {}, None
+    for n in graph.nodes:
+        x, y = round(n.pos[0] * SPREAD[0]), round(n.pos[1] * SPREAD[1])
+        h = max(n.size[1], min_height(object_info[n.type]))
+        if n.type.startswith("FillScopeLoad"):
+            y = y if below is None else below
+            below = y + h + TITLE_H + GAP
+        boxes[n.id] = [x, y, n.size[0], h]
+    return boxes
+
+
+def group_boxes(graph: Graph, boxes: dict) -> list[dict]:
+    """LiteGraph groups around their nodes (title bar above each node and the group's own title above that)."""
+    out = []
+    for i, (title, ids) in enumerate(graph.groups, 1):
+        boxes_in = [boxes[k] for k in ids]
+        x0, y0 = min(b[0] for b in boxes_in) - 20, min(b[1] for b in boxes_in) - 80
+        x1, y1 = max(b[0] + b[2] for b in boxes_in) + 20, max(b[1] + b[3] for b in boxes_in) + 20
+        out.append({"id": i, "title": title, "bounding": [x0, y0, x1 - x0, y1 - y0], "color": GROUP_COLORS[title],
+                    "font_size": 24, "flags": {}})
+    return out
+
+
+def to_ui(graph: Graph, object_info: dict) -> dict:
+    note = note_node(graph.note, max(n.id for n in graph.nodes) + 1) if graph.note else None
+    boxes = layout(graph, object_info)
+    links, link_id = [], 0
+    node_inputs, node_outputs = {}, {}
+    for n in graph.nodes:
+        info = object_info[n.type]
+        node_outputs[n.id] = [
+            {"name": name, "type": typ, "links": [], "slot_index": i}
+            for i, (name, typ) in enumerate(zip(info["output_name"], info["output"]))
+        ]
+        node_inputs[n.id] = []
+    for n in graph.nodes:
+        info = object_info[n.type]
+        spec = {**info["input"].get("required", {}), **info["input"].get("optional", {})}
+        for name, v in n.inputs.items():
+            if not is_link(v):
+                continue
+            link_id += 1
+            typ = spec[name][0]
+            src, slot = v
+            links.append([link_id, src, slot, n.id, len(node_inputs[n.id]), typ])
+            node_inputs[n.id].append({"name": name, "type": typ, "link": link_id})
+            node_outputs[src][slot]["links"].append(link_id)
+    nodes = [note] if note else []
+    for n in graph.nodes:
+        info = object_info[n.type]
+        values = []
+        for name, opts in widget_names(info):
+            if name in n.inputs and not is_link(n.inputs[name]):
+                values.append(n.inputs[name])
+            elif name in n.inputs:
+                continue
+            else:
+                values.append(opts.get("default"))
+            if opts.get("control_after_generate"):
+                values.append("fixed")
+        if "upload" in n.inputs:  # LoadImage's upload button: a widget of the canvas only, saved after the file name
+            values.append(n.inputs["upload"])
+        nodes.append({
+            "id": n.id,
+            "type": n.type,
+            "pos": boxes[n.id][:2],
+            "size": boxes[n.id][2:],
+            "flags": {},
+            "order": len(nodes),
+            "mode": 0,
+            "inputs": node_inputs[n.id],
+            "outputs": node_outputs[n.id],
+            "properties": {"Node name for S&R": n.type, **({"models": n.models} if n.models else {})},
+            "widgets_values": values,
+            **({"title": n.title} if n.title else {}),
+        })
+    # every file once at the top as well: the canvas (frontend 1.32) offers a node's properties.models only when a
+    # widget value equals the file name, and a FillScope source is "<folder>/<file>"; the workflow's own list is
+    # always checked against the model folders (missing files -> the download dialog)
+    files = list({m["url"]: m for n in graph.nodes for m in n.models}.values())
+    return {
+        "id": str(uuid.uuid5(uuid.NAMESPACE_URL, "fillscope/" + graph.name)),
+        "revision": 0,
+        "last_node_id": max(n["id"] for n in nodes),
+        "last_link_id": link_id,
+        "nodes": nodes,
+        "links": links,
+        "groups": group_boxes(graph, boxes),
+        "config": {},
+        "extra": {"fillscope": {"description": graph.description}},
+        "version": 0.4,
+        **({"models": files} if files else {}),
+    }
+
+
+def note_node(text: str, node_id: int, pos=(-330, 0), size=(520, 700)) -> dict:
+    """The read-me: ComfyUI's MarkdownNote (a frontend node; links clickable), left of the loaders."""
+    return {"id": node_id, "type": "MarkdownNote", "pos": [round(pos[0] * SPREAD[0]), round(pos[1] * SPREAD[1])],
+            "size": list(size), "flags": {}, "order": 0, "mode": 0, "inputs": [], "outputs": [], "title": "Read me",
+            "properties": {}, "widgets_values": [text], "color": "#432", "bgcolor": "#653"}
+
+
+def load_object_info(where: str) -> dict:
+    if where.startswith("http"):
+        with urllib.request.urlopen(where.rstrip("/") + "/object_info", timeout=60) as r:
+            return json.loads(r.read())
+    return json.loads(Path(where).read_text())
+
+
+def render(graph: Graph, object_info: dict) -> tuple[str, str]:
+    """(api json text, ui json text) of a graph, as committed."""
+    return (json.dumps(to_api(graph), indent=2) + "\n", json.dumps(to_ui(graph, object_info), indent=2) + "\n")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--object-info", required=True, help="http://127.0.0.1:8188 or a saved /object_info JSON file")
+    ap.add_argument("--api-out", default=str(HERE), help="where the API files go (default: this folder)")
+    ap.add_argument("--ui-out", default=str(EXAMPLES), help="where the UI files go (default: example_workflows/)")
+    args = ap.parse_args(argv)
+    info = load_object_info(args.object_info)
+    api_out, ui_out = Path(args.api_out), Path(args.ui_out)
+    ui_out.mkdir(exist_ok=True)
+    for g in GRAPHS:
+        api, ui = render(g, info)
+        (api_out / f"{g.name}.api.json").write_text(api)
+        (ui_out / f"{g.name}.json").write_text(ui)
+        print(f"wrote {api_out.name}/{g.name}.api.json and {ui_out.name}/{g.name}.json")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,70 @@
+"""The read-me Note of each shipped workflow (a MarkdownNote on the canvas): what the workflow does and which files
+to download into which ComfyUI folder (real-weight workflows), or what a meta workflow shows. graphs.py puts one in
+every UI workflow; the API files leave it out (a note is not a node the server runs)."""
+
+from __future__ import annotations
+
+MODELS_INTRO = ("Each loader's **source** menu lists the files it found; press **r** (Refresh) after adding files. "
+                "Missing files are offered for download when the workflow opens (the Missing Models dialog).")
+
+
+def _tree(files) -> str:
+    """The ComfyUI/models tree of (folder, name, url) files, as ComfyUI's own templates draw it."""
+    folders: dict[str, list[str]] = {}
+    for folder, name, _ in files:
+        if name not in folders.setdefault(folder, []):
+            folders[folder].append(name)
+    lines = ["ComfyUI/", "└── models/"]
+    for i, (folder, names) in enumerate(folders.items()):
+        last = i == len(folders) - 1
+        lines.append(f"    {'└' if last else '├'}── {folder}/")
+        for j, name in enumerate(names):
+            lines.append(f"    {' ' if last else '│'}   {'└' if j == len(names) - 1 else '├'}── {name}")
+    return "```\n" + "\n".join(lines) + "\n```"
+
+
+def _links(files) -> str:
+    seen, out = set(), []
+    for folder, name, url in files:
+        if url not in seen:
+            seen.add(url)
+            out.append(f"- **{folder}/** [{name}]({url})")
+    return "\n".join(out)
+
+
+def real_weights(what: str, files, *, extra: str = "", image: bool = True) -> str:
+    """A real-weight workflow's note: what it does, the files and where they go, the input image."""
+    parts = [f"## {what}", "### Models to download", _links(files), _tree(files), MODELS_INTRO]
+    if extra:
+        parts.append(extra)
+    if image:
+        parts.append("### Image and mask\nLoad an RGBA image whose transparent area is the hole (ComfyUI's Load Image "
+                     "gives mask = 1 - alpha; `fillscope_example.png` ships in the pack's `api_workflows/`), or "
+                     "right-click the Load Image node > **Open in MaskEditor** and paint the area to repaint.")
+    parts.append("Every FillScope node shows the shapes that passed through it after a run.")
+    return "\n\n".join(parts)
+
+
+def meta(what: str, shows: str) -> str:
+    """A meta workflow's note: no download; what it shows."""
+    return "\n\n".join([
+        f"## {what}",
+        "**No download needed.** Every loader's source is `meta`: the full production topology with no weights "
+        "(shapes only, no memory), so this runs on any CPU in seconds.",
+        shows,
+        "The decoded image is **blank** on meta weights (there are no pixel values): the VAE Decode node says so. For a "
+        "real image, choose model files on the loaders' source menus (see the inpaint templates for the downloads).",
+    ])
+
+
+def gated(model: str) -> str:
+    return (f"{model} is gated on Hugging Face: accept its licence on the model page (signed in) before the download "
+            "links work.")
+
+
+SHAPES = ("After a run each FillScope node shows a table of the tensors at its boundary (shape, dtype, device, "
+          "measured or static-config), and the Shapes Report node the whole boundary table; it also writes them to "
+          "`output/fillscope/`. Change `width` / `height` on Synthetic Image + Mask to see any other size.")
+REPORT = ("The trace node runs one denoiser step under the module and line tracers and writes the five-page "
+          "architecture report (HTML + JSON) to `output/fillscope/`; open it from the **FillScope** tab in the sidebar. "
+          "Switch `line_trace` off for a faster run.")
