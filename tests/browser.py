@@ -1,7 +1,7 @@
 """Drive ComfyUI's own frontend (the canvas) in headless chromium through playwright, for tests.
 
     with ComfyPage(server.url) as cp:          # chromium at /usr/bin/chromium (env FILLSCOPE_CHROMIUM)
-        cp.load_workflow(json.load(open("workflows/x.json")))
+        cp.load_workflow(json.load(open("example_workflows/x.json")))
         assert not cp.missing_node_types() and not cp.open_dialogs()
         pid = cp.queue()                        # the canvas' Queue: app.queuePrompt(0, 1)
         cp.wait_history(pid)                    # GET /history/<pid> until finished
