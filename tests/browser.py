@@ -92,7 +92,9 @@ def ignorable_console_error(text: str, url: str) -> bool:
 
 class ComfyPage:
     def __init__(self, url: str, *, viewport=(1600, 1000), settings: dict | None = None,
-                 executable: str | None = None, timeout_s: float = 60.0):
+                 executable: str | None = None, timeout_s: float = 60.0, playwright=None):
+        """`playwright`: another ComfyPage's running playwright (its `_pw`) to launch this page's browser with: one
+        thread runs one sync playwright at a time. This page then leaves it running on close."""
         self.url = url.rstrip("/")
         self.viewport = {"width": viewport[0], "height": viewport[1]}
         self.settings = {**DEFAULT_SETTINGS, **(settings or {})}
@@ -103,6 +105,7 @@ class ComfyPage:
         self.ignored_console_errors: list[str] = []  # see ignorable_console_error
         self.http_errors: list[str] = []  # responses >= 400 from the pack's extension files
         self.dialogs: list[str] = []  # JS alert/confirm/prompt dialogs (dismissed)
+        self._shared_pw = playwright
         self._pw = None
         self.browser = None
         self.page = None
@@ -120,7 +123,7 @@ class ComfyPage:
         if not self.executable:
             raise BrowserError("chromium not found (apt-get install chromium, or set FILLSCOPE_CHROMIUM)")
         self.preset_settings(self.settings)
-        self._pw = sync_playwright().start()
+        self._pw = self._shared_pw or sync_playwright().start()
         try:
             self.browser = self._pw.chromium.launch(executable_path=self.executable, args=CHROMIUM_ARGS)
             self.page = self.browser.new_page(viewport=self.viewport)
@@ -142,7 +145,7 @@ class ComfyPage:
         return self
 
     def close(self) -> None:
-        for obj, meth in ((self.browser, "close"), (self._pw, "stop")):
+        for obj, meth in ((self.browser, "close"), (None if self._shared_pw else self._pw, "stop")):
             if obj is not None:
                 try:
                     getattr(obj, meth)()

@@ -1,8 +1,9 @@
 """FillScope's templates in ComfyUI's own template browser (frontend 1.32.9, headless chromium): exactly one card
 per UI workflow (ComfyUI 0.3.75 lists every *.json of a pack's example_workflows, example, examples, workflow and
 workflows folders, so the API twins live in api_workflows/), each with its thumbnail (<name>.jpg next to the JSON),
-each loading without missing nodes or models and with one prompt box per prompt; and a loader added by hand starts on
-a real model file, with its advanced inputs flagged.
+each loading without missing nodes or models and with one prompt box per prompt; on a server without the weights, a
+real-weight workflow opens the frontend's Missing Models dialog listing its declared files; and a loader added by hand
+starts on a real model file, with its advanced inputs flagged.
 
 Needs playwright and a system chromium, like test_browser_canvas.py (skipped without them outside CI, a failure in CI).
 """
@@ -17,6 +18,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from browser import ComfyPage, require_browser  # noqa: E402
+from comfy_server import ComfyServer  # noqa: E402
 from workflow_helpers import EXAMPLES, WORKFLOWS  # noqa: E402
 
 sys.path.insert(0, str(WORKFLOWS))
@@ -126,3 +128,57 @@ def test_a_loader_added_by_hand_starts_on_a_model_file_with_its_advanced_inputs_
         assert [w[0] for w in widgets if w[2]] == [n for n in names if n in ("device", "placeholder_seed", "memory", "storage")]
         assert names.index("dtype") < names.index("device") < names.index("placeholder_seed") < names.index("memory")
     assert not cp.errors(), cp.errors()
+
+
+@pytest.fixture(scope="module")
+def bare_page(page):
+    """A second server with empty model folders (no tiny stand-ins), and a page on it (a second browser run by the
+    module page's playwright)."""
+    with ComfyServer() as server, ComfyPage(server.url, viewport=(1600, 1000), playwright=page._pw) as cp:
+        yield cp
+
+
+MISSING_JS = """() => [...document.querySelectorAll('.p-dialog .comfy-missing-models [role=option]')].map(o => {
+    const b = [...o.querySelectorAll('button')].map(b => [b.textContent.trim(), b.getAttribute('title'), b.disabled]);
+    return {text: o.innerText.trim(), hint: (o.querySelector('span[title]') || {}).title, buttons: b};
+})"""
+
+
+@pytest.mark.parametrize("name", ["flux_fill_inpaint", "klein_inpaint"])
+def test_a_real_weight_template_lists_its_missing_files_on_a_server_without_them(bare_page, name):
+    """The template, loaded from its card on a server whose model folders lack its files, opens frontend 1.32.9's
+    Missing Models dialog (setting Comfy.Workflow.ShowMissingModelsWarning, on by default): app.loadGraphData collects
+    the workflow's top-level `models` (and each node's properties.models whose name is one of its widget values),
+    looks each name up in its `directory`'s file list (/api/experiment/models/<directory>) and lists the ones not
+    there as "<directory> / <name>", each with a Download button whose title is its URL (only huggingface.co,
+    civitai.com URLs and .safetensors/.sft names are allowed: else the entry shows an error and no download)."""
+    cp = bare_page
+    ui = json.loads((EXAMPLES / f"{name}.json").read_text())
+    declared = ui["models"]
+    assert declared and all(m["url"].startswith("https://huggingface.co/") and m["name"].endswith(".safetensors")
+                            for m in declared), declared
+    cp.page.evaluate("() => window.app.graph.clear()")
+    open_pack_templates(cp)
+    cp.page.locator(f'[data-testid="template-workflow-{name}"]').click()
+    cp.wait_dialog("Missing Models", timeout=20)
+    cp.page.wait_for_function("() => document.querySelectorAll('.p-dialog .comfy-missing-models [role=option]').length > 0")
+    cp.page.wait_for_timeout(300)
+    assert cp.page.evaluate("() => window.app.graph.nodes.length") == len(ui["nodes"])  # loaded all the same
+    assert cp.missing_node_types() == []
+    dialogs = cp.open_dialogs()
+    assert len(dialogs) == 1, dialogs  # the missing models one only: no missing-nodes dialog
+    assert "When loading the graph, the following models were not found" in dialogs[0], dialogs
+    listed = cp.page.evaluate(MISSING_JS)
+    assert [e["text"].splitlines()[0] for e in listed] == [f"{m['directory']} / {m['name']}" for m in declared], listed
+    for entry, m in zip(listed, declared):
+        assert entry["hint"] == m["url"], entry
+        download = [b for b in entry["buttons"] if b[0].startswith("Download")]
+        assert download and download[0][1] == m["url"] and not download[0][2], entry  # enabled, no error
+        assert "Invalid directory" not in entry["text"] and "not allowed" not in entry["text"], entry
+    cp.screenshot(SHOTS / f"missing_models_{name}.png")
+    cp.dismiss_dialogs()
+    assert cp.open_dialogs() == []
+    # each entry's Download button asks the model's URL for its size (useDownload's HEAD request): offline, it fails
+    offline = "console.error: Error fetching file size: TypeError: Failed to fetch"
+    assert [e for e in cp.errors() if not e.startswith(offline)] == [], cp.errors()
+    cp.console_errors.clear()
