@@ -53,6 +53,23 @@ def open_pack_templates(cp: ComfyPage) -> None:
     cp.page.wait_for_function(f"() => document.querySelectorAll('.p-dialog [data-testid^=\"template-workflow-\"]').length >= {len(NAMES)}")
 
 
+def load_template(cp: ComfyPage, name: str, n_nodes: int, attempts: int = 3) -> None:
+    """Open the pack's templates and click `name`'s card until its graph is on the canvas: on a loaded machine a
+    click can land while the card list is still re-rendering (its thumbnails arrive), and nothing loads. A template
+    that never loads still fails, after `attempts` clicks."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    for attempt in range(attempts):
+        open_pack_templates(cp)
+        cp.page.locator(f'[data-testid="template-workflow-{name}"]').click()
+        try:
+            cp.page.wait_for_function("(n) => window.app.graph.nodes.length === n", arg=n_nodes, timeout=30_000)
+            return
+        except PlaywrightTimeout:
+            if attempt == attempts - 1:
+                raise
+
+
 def prompt_boxes(cp: ComfyPage) -> list:
     """(node id, widget) of every multiline text widget on the canvas outside the read-me notes."""
     return cp.page.evaluate("""(notes) => window.app.graph.nodes.filter(n => !notes.includes(n.type)).flatMap(n =>
@@ -95,9 +112,7 @@ def test_each_template_loads_complete_with_one_box_per_prompt(page, name):
     cp = page
     ui = json.loads((EXAMPLES / f"{name}.json").read_text())
     cp.page.evaluate("() => window.app.graph.clear()")
-    open_pack_templates(cp)
-    cp.page.locator(f'[data-testid="template-workflow-{name}"]').click()
-    cp.page.wait_for_function("(n) => window.app.graph.nodes.length === n", arg=len(ui["nodes"]))
+    load_template(cp, name, len(ui["nodes"]))
     # the template browser closes itself after the click; on a loaded machine that takes longer than a fixed pause
     cp.page.wait_for_function("() => !document.querySelector('.p-dialog [data-testid^=\"template-workflow-\"]')",
                               timeout=30_000)
