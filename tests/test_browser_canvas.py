@@ -225,6 +225,38 @@ def test_load_workflow_no_missing_nodes(canvas, workflow):
     assert _widgets_values(saved) == _widgets_values(workflow)
 
 
+ADVANCED_JS = """(id) => {
+  const n = window.app.graph.getNodeById(id);
+  const shown = () => n.widgets.filter((w) => n.isWidgetVisible(w)).map((w) => w.name);
+  const bottom = () => Math.max(...n.widgets.filter((w) => n.isWidgetVisible(w)).map((w) => w.y + (w.computedHeight ?? 0)));
+  window.app.canvas.draw(true, true);  // arrange(): the widgets' y and the node's height as drawn
+  const before = {shown: shown(), height: n.size[1], fits: n.computeSize()[1]};
+  n.toggleAdvanced();
+  window.app.canvas.draw(true, true);
+  const opened = {shown: shown(), height: n.size[1], bottom: bottom()};
+  n.toggleAdvanced();
+  window.app.canvas.draw(true, true);
+  return {before, opened, after: {shown: shown(), height: n.size[1]},
+          advanced: n.widgets.filter((w) => w.options?.advanced).map((w) => w.name)};
+}"""
+
+
+def test_loader_advanced_inputs_fold_away(canvas, workflow):
+    """A loader shows source and dtype; device, placeholder_seed, memory (and storage) are advanced inputs: hidden
+    until the node menu's Show Advanced, and hidden ones take no room (frontend 1.32.9 stacks them otherwise)."""
+    cp = canvas
+    _ensure_loaded(cp, workflow)
+    loader = _id_of(workflow, "FillScopeLoadFluxFillTransformer")
+    r = cp.page.evaluate(ADVANCED_JS, loader)
+    assert {"device", "placeholder_seed", "memory", "storage"} <= set(r["advanced"]), r
+    assert r["before"]["shown"][:2] == ["source", "dtype"] and not set(r["advanced"]) & set(r["before"]["shown"]), r
+    assert set(r["advanced"]) <= set(r["opened"]["shown"]), r  # Show Advanced brings them all back
+    assert r["opened"]["bottom"] <= r["opened"]["height"], r  # ... and the node grows to hold them
+    assert r["after"]["shown"] == r["before"]["shown"], r
+    saved = cp.serialize()
+    assert _widgets_values(saved) == _widgets_values(workflow)  # every widget still saved, in order
+
+
 def test_run_shows_shapes_tables(canvas, workflow):
     cp = canvas
     _ensure_loaded(cp, workflow)

@@ -129,18 +129,21 @@ def test_each_template_loads_complete_with_one_box_per_prompt(page, name):
     assert not cp.errors(), cp.errors()
 
 
-def test_a_loader_added_by_hand_starts_on_a_model_file_with_its_advanced_inputs_flagged(page, served_models):
+def test_a_loader_added_by_hand_starts_on_a_model_file_with_its_advanced_inputs_hidden(page, served_models):
     """On the canvas a new loader's source is the server's default (the first menu entry holding its component, see
-    test_server_flux_fill), never meta; device, placeholder_seed, memory and storage carry the `advanced` flag (the
-    frontend hides them once it honours it: 1.32.9 keeps them on the face) after the face inputs, in the widget order
-    saved workflows use."""
+    test_server_flux_fill), never meta; device, placeholder_seed, memory and storage carry the `advanced` flag and are
+    hidden (web/fillscope.js sets widget.advanced, which frontend 1.32.9 reads), after the face inputs, in the widget
+    order saved workflows use; the new node is only as tall as its visible widgets."""
     cp = page
     info = served_models.object_info()
     for node_type in [k for k in info if k.startswith("FillScopeLoad")]:
         default = info[node_type]["input"]["required"]["source"][1]["default"]
         assert default not in ("meta", "placeholder"), node_type
         widgets = cp.page.evaluate("""(t) => { const n = window.LiteGraph.createNode(t);
-            return n.widgets.map(w => [w.name, w.value, !!(w.options && w.options.advanced)]); }""", node_type)
+            return n.widgets.map(w => [w.name, w.value, !!(w.options && w.options.advanced), n.isWidgetVisible(w),
+                                       n.size[1] <= n.computeSize()[1]]); }""", node_type)
+        assert all(w[3] != w[2] for w in widgets), widgets  # advanced <=> hidden
+        assert all(w[4] for w in widgets), widgets
         assert widgets[0][:2] == ["source", default], widgets
         names = [w[0] for w in widgets]
         assert [w[0] for w in widgets if w[2]] == [n for n in names if n in ("device", "placeholder_seed", "memory", "storage")]

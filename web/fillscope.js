@@ -179,6 +179,30 @@ function roomBelow(node) {
   return bottom;
 }
 
+/** Frontend 1.32.9 copies a V3 input's `advanced` flag into widget.options.advanced, but LGraphNode.isWidgetVisible
+ *  (and the node menu's "Show Advanced" / "Hide Advanced" toggle, LGraphNode.toggleAdvanced) read widget.advanced:
+ *  set it, so a loader's device, placeholder_seed, memory and storage leave the face until the user shows them.
+ *  Only visibility changes: every widget stays in node.widgets, so widgets_values keeps its order and length.
+ *  LGraphNode.arrange in 1.32.9 still stacks hidden widgets (NODE_WIDGET_HEIGHT + 4 each) and grows the node to
+ *  hold them, so a hidden widget measures -4 (+ 4 = no room) while it is hidden; computeSize skips it anyway. A new
+ *  node shrinks to its visible widgets (a loaded one takes its saved size afterwards, in configure). */
+function hideAdvanced(node) {
+  let any = false;
+  for (const w of node.widgets ?? []) {
+    w.advanced = !!w.options?.advanced;
+    if (!w.advanced) continue;
+    any = true;
+    const own = w.computeSize;
+    w.computeSize = function (width) {
+      if (!node.isWidgetVisible(this)) return [width ?? node.size[0], -4];
+      return own ? own.call(this, width) : [width ?? node.size[0], globalThis.LiteGraph?.NODE_WIDGET_HEIGHT ?? 20];
+    };
+  }
+  if (any && !node.showAdvanced && typeof node.computeSize === "function") {
+    node.setSize([node.size[0], node.computeSize()[1]]);
+  }
+}
+
 /** Remember `node`'s size before FillScope's widgets first grew it: the saved workflow keeps that size (onSerialize),
  *  so showing a table never makes a workflow "modified"; a size the user or the frontend set later is kept. */
 function keepSize(node) {
@@ -315,6 +339,11 @@ app.registerExtension({
   async afterConfigureGraph() {
     // not awaited: loading the workflow does not wait for /history
     restoreGraph(app.graph).catch((err) => console.warn("[FillScope] could not restore the shapes tables", err));
+  },
+  nodeCreated(node) {
+    // invoked from the node's constructor: LiteGraph.createNode sets node.type only afterwards, comfyClass is set
+    if (!String(node?.comfyClass ?? node?.type ?? "").startsWith("FillScope")) return;
+    hideAdvanced(node);
   },
   async beforeRegisterNodeDef(nodeType, nodeData) {
     if (!nodeData?.name?.startsWith("FillScope")) return;
