@@ -194,3 +194,73 @@ def load_stack(family: str, source: str, **kwargs) -> dict:
         return PIPELINES[family].load_stack(source, tokenizer_folders=(t5_dir.parent / "qwen25_tokenizer",),
                                             variant=family, **kwargs)
     return PIPELINES[family].load_stack(source, tokenizer_folders=comfy_tokenizer_dirs(), **kwargs)
+
+
+# The a-vs-b benchmarks (bench_tiny_vs_diffusers, bench_klein_vs_diffusers): FillScope (a) against diffusers (b)
+# in one process, 1 warm-up each, then alternating timed pairs.
+PAIR_HEADER = ["measurement", "median", "runs", "target", "result"]
+
+
+def bench_threads() -> int:
+    """torch intra-op threads for a CPU benchmark. One by default: on a shared 2-core machine, 2 OpenMP threads made
+    the same call swing between ~1 s and ~5 s whenever another process took a core. FILLSCOPE_BENCH_THREADS
+    overrides it."""
+    return int(os.environ.get("FILLSCOPE_BENCH_THREADS", "1"))
+
+
+def quiet_libraries(all_warnings: bool = False) -> None:
+    """No download/progress bars or accelerate hints in the benchmark output; `all_warnings`: no WARNING-level
+    records from any logger either."""
+    import diffusers.utils.logging as dlog
+    import transformers.utils.logging as tlog
+
+    for lib in (dlog, tlog):
+        lib.set_verbosity_error()
+        lib.disable_progress_bar()
+    if all_warnings:
+        import logging
+
+        logging.disable(logging.WARNING)
+
+
+def alternate(ours, theirs, repeats: int, compare, warm_up=None, on_pair=None) -> tuple[list, list, list]:
+    """One warm-up call each (`warm_up`: the (a, b) calls for it when not `ours` / `theirs` themselves; first calls
+    allocate, pick kernels, fill tokenizer caches), then `repeats` alternating timed pairs, a first:
+    (a's seconds, b's seconds, compare(a's output, b's output) per pair); on_pair(i, a_s, b_s, diff) after each."""
+    warm_a, warm_b = warm_up or (ours, theirs)
+    warm_a()
+    warm_b()
+    ta, tb, diffs = [], [], []
+    for i in range(repeats):
+        t = time.perf_counter()
+        a = ours()
+        ta.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        b = theirs()
+        tb.append(time.perf_counter() - t)
+        diffs.append(compare(a, b))
+        if on_pair is not None:
+            on_pair(i, ta[-1], tb[-1], diffs[-1])
+    return ta, tb, diffs
+
+
+def pair_rows(ta: list, tb: list, a: str, b: str, ratio_target: float, label: str = "") -> list[list[str]]:
+    """Report rows (PAIR_HEADER): a's and b's medians and runs, and the ratio of the medians against its target."""
+    ma, mb = median(ta), median(tb)
+    return [
+        [label + a, f"{ma:.3f} s", ", ".join(f"{x:.3f}" for x in ta), "", ""],
+        [label + b, f"{mb:.3f} s", ", ".join(f"{x:.3f}" for x in tb), "", ""],
+        [f"{label}ratio (a)/(b) of the medians", f"{ma / mb:.3f}", ", ".join(f"{x / y:.3f}" for x, y in zip(ta, tb)),
+         f"< {ratio_target}", verdict(ma / mb < ratio_target)],
+    ]
+
+
+def diff_row(name: str, value: float, target: str, ok: bool) -> list[str]:
+    """A report row (PAIR_HEADER) for how far a's outputs are from b's."""
+    return [name, f"{value:.2e}", "", target, verdict(ok)]
+
+
+def pairs_how(repeats: int, threads: int, seed: int) -> str:
+    """The start of an a-vs-b report's 'how' line."""
+    return (f"how: models loaded once (outside the timing), 1 warm-up each, then {repeats} alternating a/b pairs; "
+            f"median of {repeats}; torch.set_num_threads({threads}); seed {seed}")

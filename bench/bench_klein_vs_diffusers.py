@@ -15,10 +15,8 @@ Run from the repo root: .venv/bin/python bench/bench_klein_vs_diffusers.py
 
 from __future__ import annotations
 
-import os
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -37,7 +35,7 @@ STEPS = 4
 GUIDANCE = 4.0
 SEED = 42
 REPEATS = 5
-THREADS = int(os.environ.get("FILLSCOPE_BENCH_THREADS", "1"))  # see bench_tiny_vs_diffusers.py
+THREADS = bl.bench_threads()
 RATIO_TARGET = 1.1
 REL_EXPECTED = 1e-4
 PROMPT = "a red felt hat on the table"
@@ -50,18 +48,6 @@ def inputs():
     return uint8_image(g, H, W), mask
 
 
-def quiet_libraries() -> None:
-    import logging
-
-    import diffusers.utils.logging as dlog
-    import transformers.utils.logging as tlog
-
-    for lib in (dlog, tlog):
-        lib.set_verbosity_error()
-        lib.disable_progress_bar()
-    logging.disable(logging.WARNING)
-
-
 def pairs(stack, pipe, image, mask) -> tuple[list, list, list]:
     def ours():
         prepared = masks.prepare_image_and_mask(image, mask)
@@ -72,22 +58,12 @@ def pairs(stack, pipe, image, mask) -> tuple[list, list, list]:
         return run_diffusers_inpaint(pipe, prompt=PROMPT, image=image.permute(0, 3, 1, 2), mask=mask[:, None],
                                      seed=SEED, steps=STEPS, guidance=GUIDANCE)
 
-    ours(), theirs()  # warm-up
-    ta, tb, rel = [], [], []
-    for _ in range(REPEATS):
-        t = time.perf_counter()
-        a = ours()
-        ta.append(time.perf_counter() - t)
-        t = time.perf_counter()
-        b = theirs()
-        tb.append(time.perf_counter() - t)
-        rel.append(float((a.double() - b.double()).norm() / b.double().norm()))
-    return ta, tb, rel
+    return bl.alternate(ours, theirs, REPEATS, lambda a, b: float((a.double() - b.double()).norm() / b.double().norm()))
 
 
 def main() -> int:
     watch = bl.CpuWatch()
-    quiet_libraries()
+    bl.quiet_libraries(all_warnings=True)
     torch.set_num_threads(THREADS)
     rows = []
     image, mask = inputs()
@@ -97,22 +73,16 @@ def main() -> int:
             stack = klein.load_stack(str(folder), tokenizer_folders=(None,), dtype="fp32", device="cpu")
             pipe = load_pipeline(folder)
             ta, tb, rel = pairs(stack, pipe, image, mask)
-            ma, mb = bl.median(ta), bl.median(tb)
-            rows += [
-                [f"{model}: (a) FillScope klein.run", f"{ma:.3f} s", ", ".join(f"{x:.3f}" for x in ta), "", ""],
-                [f"{model}: (b) diffusers Flux2KleinInpaintPipeline", f"{mb:.3f} s", ", ".join(f"{x:.3f}" for x in tb), "", ""],
-                [f"{model}: ratio (a)/(b) of the medians", f"{ma / mb:.3f}",
-                 ", ".join(f"{x / y:.3f}" for x, y in zip(ta, tb)), f"< {RATIO_TARGET}", bl.verdict(ma / mb < RATIO_TARGET)],
-                [f"{model}: largest relative difference of the outputs", f"{max(rel):.2e}", "", f"< {REL_EXPECTED}",
-                 bl.verdict(max(rel) < REL_EXPECTED)],
-            ]
+            rows += bl.pair_rows(ta, tb, "(a) FillScope klein.run", "(b) diffusers Flux2KleinInpaintPipeline",
+                                 RATIO_TARGET, label=f"{model}: ")
+            rows.append(bl.diff_row(f"{model}: largest relative difference of the outputs", max(rel),
+                                    f"< {REL_EXPECTED}", max(rel) < REL_EXPECTED))
     bl.print_report(
         f"bench_klein_vs_diffusers: tiny FLUX.2 [klein] inpaint, {W}x{H}, {STEPS} steps, fp32, CPU, same process",
-        [f"how: models loaded once (outside the timing), 1 warm-up each, then {REPEATS} alternating a/b pairs; "
-         f"median of {REPEATS}; torch.set_num_threads({THREADS}); seed {SEED}; guidance {GUIDANCE} (base: CFG, two "
-         "transformer calls a step; distilled: one); mask = centre half"],
+        [f"{bl.pairs_how(REPEATS, THREADS, SEED)}; guidance {GUIDANCE} (base: CFG, two transformer calls a step; "
+         "distilled: one); mask = centre half"],
         rows,
-        ["measurement", "median", "runs", "target", "result"],
+        bl.PAIR_HEADER,
         ["diffusers encodes the prompt and the negative \"\" on every call, as FillScope's run does; the nodes encode "
          "once per prompt change (ComfyUI caches the encode node's output).",
          "where the time goes: diffusers runs the whole Qwen3ForCausalLM (here 30 layers and the LM head's "

@@ -16,7 +16,6 @@ Run from the repo root: .venv/bin/python bench/bench_tiny_vs_diffusers.py
 
 from __future__ import annotations
 
-import os
 import sys
 import tempfile
 import time
@@ -39,9 +38,7 @@ STEPS = 8
 GUIDANCE = 30.0
 SEED = 42
 REPEATS = 5
-# One intra-op thread by default: on this shared 2-core machine, 2 OpenMP threads made the same call swing
-# between ~1 s and ~5 s whenever another process took a core. FILLSCOPE_BENCH_THREADS overrides it.
-THREADS = int(os.environ.get("FILLSCOPE_BENCH_THREADS", "1"))
+THREADS = bl.bench_threads()
 RATIO_TARGET = 1.1
 DIFF_EXPECTED = 1e-4  # "agree to ~1e-5": flagged when clearly above
 PROMPT = "a red brick fireplace in a living room"
@@ -124,19 +121,9 @@ def instrumented_diffusers(pipe, image, mask) -> dict:
     return stats
 
 
-def quiet_libraries() -> None:
-    """No download/progress bars or accelerate hints in the benchmark output."""
-    import diffusers.utils.logging as dlog
-    import transformers.utils.logging as tlog
-
-    for lib in (dlog, tlog):
-        lib.set_verbosity_error()
-        lib.disable_progress_bar()
-
-
 def main() -> int:
     watch = bl.CpuWatch()
-    quiet_libraries()
+    bl.quiet_libraries()
     torch.set_num_threads(THREADS)
     with tempfile.TemporaryDirectory(prefix="fillscope-bench-") as tmp:
         t = time.perf_counter()
@@ -158,50 +145,34 @@ def main() -> int:
               flush=True)
 
         image, mask = inputs()
-        # warm-up (first calls allocate, pick kernels, fill tokenizer caches)
-        fillscope_run(stack, image, mask)
-        diffusers_run(pipe, image, mask)
-
-        ta, tb, diffs, stages = [], [], [], {}
-        for i in range(REPEATS):
-            t = time.perf_counter()
-            a = fillscope_run(stack, image, mask, stages)
-            ta.append(time.perf_counter() - t)
-            t = time.perf_counter()
-            b = diffusers_run(pipe, image, mask)
-            tb.append(time.perf_counter() - t)
-            diffs.append(float((a.permute(0, 3, 1, 2).double() - b.double()).abs().max()))
-            print(f"[tiny] pair {i + 1}/{REPEATS}: FillScope {ta[-1]:.3f} s, diffusers {tb[-1]:.3f} s, "
-                  f"max |a-b| {diffs[-1]:.2e}", flush=True)
+        stages = {}
+        ta, tb, diffs = bl.alternate(
+            lambda: fillscope_run(stack, image, mask, stages), lambda: diffusers_run(pipe, image, mask), REPEATS,
+            lambda a, b: float((a.permute(0, 3, 1, 2).double() - b.double()).abs().max()),
+            warm_up=(lambda: fillscope_run(stack, image, mask), lambda: diffusers_run(pipe, image, mask)),
+            on_pair=lambda i, sa, sb, d: print(f"[tiny] pair {i + 1}/{REPEATS}: FillScope {sa:.3f} s, diffusers "
+                                               f"{sb:.3f} s, max |a-b| {d:.2e}", flush=True))
         breakdown = instrumented_diffusers(pipe, image, mask)
 
-    med = bl.median
-    ma, mb = med(ta), med(tb)
-    ratio = ma / mb
     dmax = max(diffs)
-    rows = [
-        ["(a) FillScope engine, node call sequence", f"{ma:.3f} s", ", ".join(f"{x:.3f}" for x in ta), "", ""],
-        ["(b) diffusers FluxFillPipeline.__call__", f"{mb:.3f} s", ", ".join(f"{x:.3f}" for x in tb), "", ""],
-        ["ratio (a)/(b) of the medians", f"{ratio:.3f}", ", ".join(f"{x / y:.3f}" for x, y in zip(ta, tb)),
-         f"< {RATIO_TARGET}", bl.verdict(ratio < RATIO_TARGET)],
-        ["max |a - b| over the outputs ([0,1] pixels)", f"{dmax:.2e}", "", "~1e-5",
-         bl.verdict(dmax < DIFF_EXPECTED)],
-    ]
+    rows = bl.pair_rows(ta, tb, "(a) FillScope engine, node call sequence", "(b) diffusers FluxFillPipeline.__call__",
+                        RATIO_TARGET)
+    rows.append(bl.diff_row("max |a - b| over the outputs ([0,1] pixels)", dmax, "~1e-5", dmax < DIFF_EXPECTED))
     for name, xs in stages.items():
-        rows.append([f"  (a) stage: {name}", f"{med(xs) * 1e3:.1f} ms", ", ".join(f"{x * 1e3:.1f}" for x in xs), "", ""])
+        rows.append([f"  (a) stage: {name}", f"{bl.median(xs) * 1e3:.1f} ms", ", ".join(f"{x * 1e3:.1f}" for x in xs),
+                     "", ""])
     for name, (count, secs) in breakdown.items():
         rows.append([f"  (b) stage, 1 instrumented run: {name}", f"{secs * 1e3:.1f} ms", f"{count} call(s)", "", ""])
     bl.print_report(
         f"bench_tiny_vs_diffusers: tiny FLUX.1 Fill, {W}x{H}, {STEPS} steps, fp32, CPU, same process and folder",
         [
-            f"how: models loaded once (outside the timing), 1 warm-up each, then {REPEATS} alternating a/b pairs; "
-            f"median of {REPEATS}; torch.set_num_threads({THREADS}); seed {SEED}, guidance {GUIDANCE}, mask = centre "
-            f"half; diffusers with VAE encode by the mean (encode_mode='argmax')",
+            f"{bl.pairs_how(REPEATS, THREADS, SEED)}, guidance {GUIDANCE}, mask = centre half; diffusers with VAE "
+            "encode by the mean (encode_mode='argmax')",
             f"one-off (not targets): tiny folder build {build_s:.1f} s, FillScope load {load_a:.2f} s, "
             f"diffusers pipeline load {load_b:.2f} s",
         ],
         rows,
-        ["measurement", "median", "runs", "target", "result"],
+        bl.PAIR_HEADER,
         ["diffusers VAE-encodes the full image as well as the masked one (F:663-665, result unused at strength 1); "
          "FillScope encodes only the masked image at denoise 1.",
          "(b) stages come from one extra diffusers run with hooks, after the timed pairs; they are not in the medians."],

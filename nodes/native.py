@@ -183,6 +183,16 @@ def expand_pooled(tensor, pooled, rec):
     return pooled.expand(tensor.shape[0], -1)
 
 
+def read_conditioning(rec, conditioning, family: str):
+    """(cross_attn, pooled_output at cross_attn's batch, the entry's other keys) of a one-entry CONDITIONING for
+    `family`: read and checked (read_entry), its widths against the family's (check_family), and recorded."""
+    tensor, pooled, extras = read_entry(conditioning, family)
+    check_family(tensor, pooled, family, rec)
+    pooled = expand_pooled(tensor, pooled, rec)
+    record_common(rec, tensor, extras)
+    return tensor, pooled, extras
+
+
 class FluxTextFromConditioning(FillScopeNode):
     title = "FLUX text from CONDITIONING"
 
@@ -204,10 +214,7 @@ class FluxTextFromConditioning(FillScopeNode):
 
     @classmethod
     def run(cls, rec, conditioning):
-        tensor, pooled, extras = read_entry(conditioning, FLUX)
-        check_family(tensor, pooled, FLUX, rec)
-        pooled = expand_pooled(tensor, pooled, rec)
-        record_common(rec, tensor, extras)
+        tensor, pooled, extras = read_conditioning(rec, conditioning, FLUX)
         record_t5_length(rec, tensor.shape[1])
         guidance = extras.get("guidance")
         if guidance is not None:
@@ -267,10 +274,7 @@ class SD3TextFromConditioning(FillScopeNode):
 
     @classmethod
     def run(cls, rec, conditioning):
-        context, pooled, extras = read_entry(conditioning, SD3)
-        check_family(context, pooled, SD3, rec)
-        pooled = expand_pooled(context, pooled, rec)
-        record_common(rec, context, extras)
+        context, pooled, extras = read_conditioning(rec, conditioning, SD3)
         rec.fact("context tokens", context.shape[1])
         split = split_context(context, pooled.shape[-1])
         if split is not None:

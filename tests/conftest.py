@@ -67,6 +67,21 @@ def pytest_make_collect_report(collector):
     return _fail_skip_in_ci((yield))
 
 
+# --- ComfyUI's modules in this process (tests/checkpoint_files.py) ---------------------------------
+
+
+@pytest.fixture(scope="module")
+def comfy():
+    """ComfyUI's `comfy` package, imported in this process (checkpoint_files.comfy: CPU mode, its key maps and
+    models). Skipped when ComfyUI is not installed (a failure under CI, like every non-CUDA skip)."""
+    import checkpoint_files as cf
+
+    try:
+        return cf.comfy()
+    except FileNotFoundError as e:
+        pytest.skip(str(e))
+
+
 # --- real ComfyUI server (tests/comfy_server.py) -------------------------------------------------
 
 

@@ -35,14 +35,6 @@ CODES = {torch.float32: "F32", torch.bfloat16: "BF16", torch.float16: "F16", tor
 
 
 @pytest.fixture(scope="module")
-def comfy():
-    try:
-        return cf.comfy()
-    except FileNotFoundError as e:
-        pytest.skip(str(e))
-
-
-@pytest.fixture(scope="module")
 def tiny(tmp_path_factory, comfy):
     """Tiny models, each saved as a diffusers/transformers model folder (the reference) and as single files."""
     from diffusers import SD3Transformer2DModel

@@ -40,14 +40,6 @@ SIZES = {"F32": 4, "BF16": 2, "F16": 2, "F8_E4M3": 1, "U8": 1, "I64": 8}
 
 
 @pytest.fixture(scope="module")
-def comfy():
-    try:
-        return cf.comfy()
-    except FileNotFoundError as e:
-        pytest.skip(str(e))
-
-
-@pytest.fixture(scope="module")
 def klein(tmp_path_factory, comfy):
     """Tiny klein components (the references) and the single files ComfyUI users have, written from them."""
     from diffusers import AutoencoderKLFlux2, Flux2Transformer2DModel

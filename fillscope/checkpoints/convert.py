@@ -29,44 +29,66 @@ class Move:
     swap: bool = False
 
 
+class _Plan:
+    """A BFL -> diffusers key plan being built over a header (`prefix` before every file key): `add` moves a
+    module's weight and bias where the file has them, `qkv` splits a fused [3W, ...] module into W-row slices."""
+
+    def __init__(self, tensors: dict, prefix: str):
+        self.k = Keys(tensors, prefix)
+        self.w = self.k.shape("img_in.weight")[0]
+        self.prefix = prefix
+        self.moves: list[Move] = []
+
+    def add(self, src, dst, rows=None, swap=False):
+        for end in ("weight", "bias"):
+            if self.k.has(f"{src}.{end}"):
+                self.moves.append(Move(f"{src}.{end}", f"{dst}.{end}", rows, swap))
+
+    def qkv(self, src, dsts):
+        for i, d in enumerate(dsts):
+            self.add(src, d, (i * self.w, (i + 1) * self.w))
+
+    def norm(self, src, dst):
+        """An RMSNorm: BFL's `scale` is diffusers' `weight`."""
+        self.moves.append(Move(f"{src}.scale", f"{dst}.weight"))
+
+    def finish(self) -> list[Move]:
+        """The final modulation (its (shift, scale) halves swapped), then every source key with the prefix."""
+        self.add("final_layer.adaLN_modulation.1", "norm_out.linear", swap=True)
+        return [Move(self.prefix + m.src, m.dst, m.rows, m.swap) for m in self.moves]
+
+
+def _double_blocks(p: _Plan, family: tuple) -> None:
+    """The double blocks, FLUX.1 and FLUX.2 alike: the fused img/txt qkv split into q/k/v rows, the attention
+    projections, then the family's own (src, dst) moves (modulation, MLP), then the four q/k norms."""
+    for i in range(p.k.count("double_blocks.")):
+        s, d = f"double_blocks.{i}", f"transformer_blocks.{i}"
+        p.qkv(f"{s}.img_attn.qkv", [f"{d}.attn.to_q", f"{d}.attn.to_k", f"{d}.attn.to_v"])
+        p.qkv(f"{s}.txt_attn.qkv", [f"{d}.attn.add_q_proj", f"{d}.attn.add_k_proj", f"{d}.attn.add_v_proj"])
+        for src, dst in (("img_attn.proj", "attn.to_out.0"), ("txt_attn.proj", "attn.to_add_out")) + family:
+            p.add(f"{s}.{src}", f"{d}.{dst}")
+        for src, dst in (("img_attn.norm.query_norm", "attn.norm_q"), ("img_attn.norm.key_norm", "attn.norm_k"),
+                         ("txt_attn.norm.query_norm", "attn.norm_added_q"), ("txt_attn.norm.key_norm", "attn.norm_added_k")):
+            p.norm(f"{s}.{src}", f"{d}.{dst}")
+
+
 def flux_bfl_plan(tensors: dict, prefix: str = "") -> list[Move]:
     """The FLUX.1 BFL -> diffusers key plan, with every width read from the weights (diffusers' own converter
     hard-codes 3072). Fused qkv [3W, W] splits into q/k/v rows; single blocks' linear1 [3W + M, W] into q, k, v
     and the MLP input; the final modulation swaps its (shift, scale) halves."""
-    k = Keys(tensors, prefix)
-    w = k.shape("img_in.weight")[0]
-    plan: list[Move] = []
-
-    def add(src, dst, rows=None, swap=False):
-        for end in ("weight", "bias"):
-            if k.has(f"{src}.{end}"):
-                plan.append(Move(f"{src}.{end}", f"{dst}.{end}", rows, swap))
-
-    def qkv(src, dsts):
-        for i, d in enumerate(dsts):
-            add(src, d, (i * w, (i + 1) * w))
-
-    for i in range(k.count("double_blocks.")):
-        s, d = f"double_blocks.{i}", f"transformer_blocks.{i}"
-        qkv(f"{s}.img_attn.qkv", [f"{d}.attn.to_q", f"{d}.attn.to_k", f"{d}.attn.to_v"])
-        qkv(f"{s}.txt_attn.qkv", [f"{d}.attn.add_q_proj", f"{d}.attn.add_k_proj", f"{d}.attn.add_v_proj"])
-        for src, dst in (("img_attn.proj", "attn.to_out.0"), ("txt_attn.proj", "attn.to_add_out"),
-                         ("img_mod.lin", "norm1.linear"), ("txt_mod.lin", "norm1_context.linear"),
-                         ("img_mlp.0", "ff.net.0.proj"), ("img_mlp.2", "ff.net.2"),
-                         ("txt_mlp.0", "ff_context.net.0.proj"), ("txt_mlp.2", "ff_context.net.2")):
-            add(f"{s}.{src}", f"{d}.{dst}")
-        for src, dst in (("img_attn.norm.query_norm", "attn.norm_q"), ("img_attn.norm.key_norm", "attn.norm_k"),
-                         ("txt_attn.norm.query_norm", "attn.norm_added_q"), ("txt_attn.norm.key_norm", "attn.norm_added_k")):
-            plan.append(Move(f"{s}.{src}.scale", f"{d}.{dst}.weight"))
-    for i in range(k.count("single_blocks.")):
+    p = _Plan(tensors, prefix)
+    _double_blocks(p, (("img_mod.lin", "norm1.linear"), ("txt_mod.lin", "norm1_context.linear"),
+                       ("img_mlp.0", "ff.net.0.proj"), ("img_mlp.2", "ff.net.2"),
+                       ("txt_mlp.0", "ff_context.net.0.proj"), ("txt_mlp.2", "ff_context.net.2")))
+    for i in range(p.k.count("single_blocks.")):
         s, d = f"single_blocks.{i}", f"single_transformer_blocks.{i}"
-        total = k.shape(f"{s}.linear1.weight")[0]
-        qkv(f"{s}.linear1", [f"{d}.attn.to_q", f"{d}.attn.to_k", f"{d}.attn.to_v"])
-        add(f"{s}.linear1", f"{d}.proj_mlp", (3 * w, total))
-        add(f"{s}.linear2", f"{d}.proj_out")
-        add(f"{s}.modulation.lin", f"{d}.norm.linear")
-        plan.append(Move(f"{s}.norm.query_norm.scale", f"{d}.attn.norm_q.weight"))
-        plan.append(Move(f"{s}.norm.key_norm.scale", f"{d}.attn.norm_k.weight"))
+        total = p.k.shape(f"{s}.linear1.weight")[0]
+        p.qkv(f"{s}.linear1", [f"{d}.attn.to_q", f"{d}.attn.to_k", f"{d}.attn.to_v"])
+        p.add(f"{s}.linear1", f"{d}.proj_mlp", (3 * p.w, total))
+        p.add(f"{s}.linear2", f"{d}.proj_out")
+        p.add(f"{s}.modulation.lin", f"{d}.norm.linear")
+        p.norm(f"{s}.norm.query_norm", f"{d}.attn.norm_q")
+        p.norm(f"{s}.norm.key_norm", f"{d}.attn.norm_k")
     for src, dst in (("img_in", "x_embedder"), ("txt_in", "context_embedder"),
                      ("time_in.in_layer", "time_text_embed.timestep_embedder.linear_1"),
                      ("time_in.out_layer", "time_text_embed.timestep_embedder.linear_2"),
@@ -75,9 +97,8 @@ def flux_bfl_plan(tensors: dict, prefix: str = "") -> list[Move]:
                      ("guidance_in.in_layer", "time_text_embed.guidance_embedder.linear_1"),
                      ("guidance_in.out_layer", "time_text_embed.guidance_embedder.linear_2"),
                      ("final_layer.linear", "proj_out")):
-        add(src, dst)
-    add("final_layer.adaLN_modulation.1", "norm_out.linear", swap=True)
-    return [Move(prefix + m.src, m.dst, m.rows, m.swap) for m in plan]
+        p.add(src, dst)
+    return p.finish()
 
 
 def klein_bfl_plan(tensors: dict, prefix: str = "") -> list[Move]:
@@ -85,33 +106,15 @@ def klein_bfl_plan(tensors: dict, prefix: str = "") -> list[Move]:
     convert_flux2_transformer_checkpoint_to_diffusers does it, with the widths read from the weights: the double
     blocks' fused qkv [3W, W] splits into q/k/v rows; the single blocks' linear1 (qkv + SwiGLU input) and linear2
     stay fused (diffusers keeps them fused too); the final modulation swaps its (shift, scale) halves."""
-    k = Keys(tensors, prefix)
-    w = k.shape("img_in.weight")[0]
-    plan: list[Move] = []
-
-    def add(src, dst, rows=None, swap=False):
-        for end in ("weight", "bias"):
-            if k.has(f"{src}.{end}"):
-                plan.append(Move(f"{src}.{end}", f"{dst}.{end}", rows, swap))
-
-    for i in range(k.count("double_blocks.")):
-        s, d = f"double_blocks.{i}", f"transformer_blocks.{i}"
-        for src, dsts in (("img_attn.qkv", ("to_q", "to_k", "to_v")), ("txt_attn.qkv", ("add_q_proj", "add_k_proj", "add_v_proj"))):
-            for j, dst in enumerate(dsts):
-                add(f"{s}.{src}", f"{d}.attn.{dst}", (j * w, (j + 1) * w))
-        for src, dst in (("img_attn.proj", "attn.to_out.0"), ("txt_attn.proj", "attn.to_add_out"),
-                         ("img_mlp.0", "ff.linear_in"), ("img_mlp.2", "ff.linear_out"),
-                         ("txt_mlp.0", "ff_context.linear_in"), ("txt_mlp.2", "ff_context.linear_out")):
-            add(f"{s}.{src}", f"{d}.{dst}")
-        for src, dst in (("img_attn.norm.query_norm", "attn.norm_q"), ("img_attn.norm.key_norm", "attn.norm_k"),
-                         ("txt_attn.norm.query_norm", "attn.norm_added_q"), ("txt_attn.norm.key_norm", "attn.norm_added_k")):
-            plan.append(Move(f"{s}.{src}.scale", f"{d}.{dst}.weight"))
-    for i in range(k.count("single_blocks.")):
+    p = _Plan(tensors, prefix)
+    _double_blocks(p, (("img_mlp.0", "ff.linear_in"), ("img_mlp.2", "ff.linear_out"),
+                       ("txt_mlp.0", "ff_context.linear_in"), ("txt_mlp.2", "ff_context.linear_out")))
+    for i in range(p.k.count("single_blocks.")):
         s, d = f"single_blocks.{i}", f"single_transformer_blocks.{i}"
-        add(f"{s}.linear1", f"{d}.attn.to_qkv_mlp_proj")
-        add(f"{s}.linear2", f"{d}.attn.to_out")
-        plan.append(Move(f"{s}.norm.query_norm.scale", f"{d}.attn.norm_q.weight"))
-        plan.append(Move(f"{s}.norm.key_norm.scale", f"{d}.attn.norm_k.weight"))
+        p.add(f"{s}.linear1", f"{d}.attn.to_qkv_mlp_proj")
+        p.add(f"{s}.linear2", f"{d}.attn.to_out")
+        p.norm(f"{s}.norm.query_norm", f"{d}.attn.norm_q")
+        p.norm(f"{s}.norm.key_norm", f"{d}.attn.norm_k")
     for src, dst in (("img_in", "x_embedder"), ("txt_in", "context_embedder"),
                      ("time_in.in_layer", "time_guidance_embed.timestep_embedder.linear_1"),
                      ("time_in.out_layer", "time_guidance_embed.timestep_embedder.linear_2"),
@@ -121,9 +124,8 @@ def klein_bfl_plan(tensors: dict, prefix: str = "") -> list[Move]:
                      ("double_stream_modulation_txt.lin", "double_stream_modulation_txt.linear"),
                      ("single_stream_modulation.lin", "single_stream_modulation.linear"),
                      ("final_layer.linear", "proj_out")):
-        add(src, dst)
-    add("final_layer.adaLN_modulation.1", "norm_out.linear", swap=True)
-    return [Move(prefix + m.src, m.dst, m.rows, m.swap) for m in plan]
+        p.add(src, dst)
+    return p.finish()
 
 
 def _swap_halves(t):
