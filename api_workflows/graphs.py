@@ -320,6 +320,107 @@ GRAPHS += [
 ]
 
 
+# ---- compositing (issue 13): crop and stitch, outpaint -------------------------------------------------------------
+PHOTO = 25  # the Load Image / Synthetic Image node of the compositing workflows (the crop or pad node takes its id slot)
+CROP = {"context_factor": 1.5, "padding": 32, "target": 1024, "regions": False}
+CROP_NOTE = ("Crop For Inpaint cuts a box around the mask (x1.5 context, 32 px padding) and resizes it to 1024 px on "
+             "the long side, so the model runs at its native size however big the photo is; Stitch puts the result "
+             "back at the photo's resolution through the feathered mask: every pixel outside the mask is the original, "
+             "bit for bit. Several holes: set `regions` (one crop each, one batch). Colour seams: `tone_match` / "
+             "`poisson` on Stitch (the node reports the ring's delta E before and after).")
+
+
+def crop_node(node_id, photo, pos) -> Node:
+    return Node(node_id, "FillScopeCropForInpaint", {"image": (photo, 0), "mask": (photo, 1), **CROP}, pos,
+                size=(320, 200))
+
+
+def stitch_outputs(first, decode, crop, name, x=1900) -> list:
+    """Stitch -> Save Image, and a Shapes Report of the whole graph: the stitch's record (the crop's travels with it)
+    and the decode's (the model's side: the crop reaches the condition as a plain IMAGE, which carries no record)."""
+    return [
+        Node(first, "FillScopeStitch", {"generated": (decode, 0), "stitch": (crop, 2), "feather": 8, "tone_match": False,
+                                        "poisson": False}, (x, 120), size=(320, 160)),
+        Node(first + 1, "SaveImage", {"images": (first, 0), "filename_prefix": f"fillscope/{name}"}, (x + 220, 120),
+             size=(400, 420)),
+        Node(first + 2, "FillScopeShapesReport", {"shapes": (first, 1), "filename_prefix": f"fillscope/{name}",
+                                                  "shapes_2": (decode, 1)}, (x, 300), size=(320, 120)),
+    ]
+
+
+def with_photo(graph: Graph, photo: int) -> Graph:
+    """The photo node joins the "Image and mask" group."""
+    graph.groups = [(t, ids + [photo] if t == "Image and mask" else ids) for t, ids in graph.groups]
+    return graph
+
+
+SYNTHETIC_PHOTO = {"width": 4096, "height": 3072, "mask_fraction": 0.1}
+GRAPHS += [
+    with_photo(flux_fill_graph(
+        "flux_fill_crop_stitch",
+        "FLUX.1 Fill [dev] on a big photo: the box around the mask is cropped, sampled at 1024 px (its native size) and "
+        "stitched back at the photo's resolution; unmasked pixels exact. Published single files, bf16, 28 steps.",
+        sources=_FLUX_SOURCES, models=_FLUX_MODELS, dtype="bf16", prompt="a red brick fireplace", steps=28,
+        image_nodes=[load_image(PHOTO, (380, 260)), crop_node(8, PHOTO, (380, 520))],
+        output_nodes=stitch_outputs(12, 11, 8, "flux_fill_crop_stitch"),
+        note=notes.real_weights("FLUX.1 Fill [dev], crop and stitch: any photo size, sampled at 1024 px",
+                                FLUX_FILL_FILES.values(), extra=CROP_NOTE + " " + notes.gated("FLUX.1 Fill [dev]")),
+    ), PHOTO),
+    with_photo(flux_fill_graph(
+        "flux_fill_crop_stitch_meta_trace",
+        "FLUX.1 Fill crop and stitch on meta weights: a 4096x3072 photo is sampled as a 1024 px crop (transformer "
+        "[1, N <= 4096, 384]) and comes back 4096x3072; every boundary shape, on any CPU in seconds.",
+        sources=META_SOURCES, dtype="bf16", prompt="a red brick fireplace", steps=1,
+        image_nodes=[Node(PHOTO, "FillScopeSyntheticImageMask", dict(SYNTHETIC_PHOTO), (380, 260), size=(320, 140)),
+                     crop_node(8, PHOTO, (380, 400))],
+        output_nodes=[Node(12, "FillScopeStitch", {"generated": (11, 0), "stitch": (8, 2), "feather": 8,
+                                                   "tone_match": False, "poisson": False}, (1900, 120), size=(320, 160)),
+                      Node(13, "FillScopeShapesReport", {"shapes": (12, 1), "shapes_2": (11, 1),
+                                                         "filename_prefix": "fillscope/flux_fill_crop_stitch_meta_trace"},
+                           (1900, 300), size=(320, 120))],
+        note=notes.meta("FLUX.1 Fill crop and stitch on meta weights: a 4096x3072 photo through a 1024 px crop",
+                        notes.SHAPES + " The Crop and Stitch nodes show the box and the scale (\"4096x3072 photo -> "
+                        "1024x768 crop\"); the sampler's table shows the transformer at the crop's size."),
+    ), PHOTO),
+    flux_fill_graph(
+        "flux_fill_outpaint",
+        "FLUX.1 Fill [dev] outpainting: Outpaint Pad adds 256 px left and right (edge fill) and the mask of the new "
+        "area; the model paints it, paste-back keeps the original pixels exact. Published single files, bf16, 28 steps.",
+        sources=_FLUX_SOURCES, models=_FLUX_MODELS, dtype="bf16", prompt="a wide living room, warm light", steps=28,
+        image_nodes=[load_image(PHOTO, (380, 260)),
+                     Node(8, "FillScopeOutpaintPad", {"image": (PHOTO, 0), "left": 256, "top": 0, "right": 256,
+                                                      "bottom": 0, "fill": "edge", "colour": "#808080", "feather": 0},
+                          (380, 520), size=(320, 240))],
+        output_nodes=inpaint_outputs(12, 11, 10, "flux_fill_outpaint"),
+        note=notes.real_weights("FLUX.1 Fill [dev] outpainting: 256 px on each side", FLUX_FILL_FILES.values(),
+                                extra="Set the four sides on Outpaint Pad (0 = none); `fill` is what the new area "
+                                      "starts as (edge, a flat colour, mirror). " + notes.gated("FLUX.1 Fill [dev]")),
+    ),
+    with_photo(sd3_controlnet_graph(
+        "sd3_controlnet_crop_stitch",
+        "SD3-medium + alimama inpainting ControlNet on a big photo: crop around the mask, sample at 1024 px, stitch "
+        "back at full resolution; unmasked pixels exact. Published single files, bf16, 28 steps, CFG 7.",
+        sources=_SD3_SOURCES, models=_SD3_MODELS, dtype="bf16", prompt="a red brick fireplace",
+        negative="blurry, low quality", steps=28,
+        image_nodes=[load_image(PHOTO, (380, 440)), crop_node(15, PHOTO, (380, 700))],
+        output_nodes=stitch_outputs(19, 18, 15, "sd3_controlnet_crop_stitch"),
+        note=notes.real_weights("SD3-medium + inpainting ControlNet, crop and stitch", SD3_FILES.values(),
+                                extra=CROP_NOTE + " " + notes.gated("SD3-medium")),
+    ), PHOTO),
+    with_photo(klein_graph(
+        "klein_crop_stitch",
+        "FLUX.2 [klein] 4B (distilled) on a big photo: crop around the mask, sample at 1024 px, stitch back at full "
+        "resolution; unmasked pixels exact. Published single files, bf16, 4 steps.",
+        sources=_KLEIN_SOURCES, models=_KLEIN_MODELS, dtype="bf16", prompt="a red brick fireplace", steps=4,
+        image_nodes=[load_image(PHOTO, (380, 260)), crop_node(5, PHOTO, (380, 520))],
+        condition=klein_inpaint_condition(),
+        output_nodes=stitch_outputs(9, 8, 5, "klein_crop_stitch"),
+        note=notes.real_weights("FLUX.2 [klein] 4B, crop and stitch: 4 steps, bf16", KLEIN_4B_FILES.values(),
+                                extra=CROP_NOTE + " " + KLEIN_NOTE),
+    ), PHOTO),
+]
+
+
 def trace_graph(name, description, model) -> Graph:
     """Meta loaders -> the trace node, which runs one denoiser step under the tracers and writes the report."""
     if model == "flux-fill":
@@ -405,11 +506,14 @@ SLOT_H, WIDGET_H, TITLE_H, GAP = 20, 24, 30, 20  # LiteGraph's row heights (fron
 
 
 def min_height(info: dict) -> int:
-    """The height a node needs to show its sockets and every widget (the frontend 1.32 shows advanced inputs too)."""
+    """The height a node needs to show its sockets and its widgets but the advanced ones (web/fillscope.js hides those
+    until the node menu's Show Advanced, which grows the node to hold them)."""
     spec = {**info["input"].get("required", {}), **info["input"].get("optional", {})}
     sockets = sum(1 for v in spec.values() if not isinstance(v[0], list) and v[0] not in WIDGET_TYPES)
     rows = 0
     for name, opts in widget_names(info):
+        if opts.get("advanced"):
+            continue
         rows += 3 if opts.get("multiline") else 2 if opts.get("control_after_generate") else 1
     return max(sockets, len(info["output"]), 1) * SLOT_H + rows * WIDGET_H + 16
 

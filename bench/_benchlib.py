@@ -264,3 +264,16 @@ def pairs_how(repeats: int, threads: int, seed: int) -> str:
     """The start of an a-vs-b report's 'how' line."""
     return (f"how: models loaded once (outside the timing), 1 warm-up each, then {repeats} alternating a/b pairs; "
             f"median of {repeats}; torch.set_num_threads({threads}); seed {seed}")
+
+
+def run_main(main, tag: str) -> None:
+    """A bench script's entry point: main()'s exit status; a failed measurement (not a missed target) prints its
+    traceback and "[tag] measurement failed: ..." and exits 1."""
+    import traceback
+
+    try:
+        sys.exit(main())
+    except Exception as exc:
+        traceback.print_exc()
+        print(f"[{tag}] measurement failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        sys.exit(1)

@@ -182,11 +182,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except Exception as exc:
-        import traceback
-
-        traceback.print_exc()
-        print(f"[tiny] measurement failed: {type(exc).__name__}: {exc}", file=sys.stderr)
-        sys.exit(1)
+    bl.run_main(main, "tiny")

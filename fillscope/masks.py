@@ -4,12 +4,16 @@
 Conventions: IMAGE is [B,H,W,C] float 0..1 (C may be 4: alpha is dropped), MASK is [B,H,W] with 1 = repaint
 (ComfyUI's LoadImage gives 1 - alpha). Every choice made here (binarise, grow, feather, pad or crop) is recorded
 in `PreparedInput.notes` so the node can report it.
+
+`masked_fill` (compositing/removal.py) hides what is under the mask from the model's view only (`image`, the grid
+image every condition encodes); `source`, which paste-back composites into, stays the untouched input.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .compositing.removal import MASKED_FILLS, describe, neutralise_masked
 from .errors import FillScopeInputError
 
 SIZE_MODES = ("pad", "crop")
@@ -53,6 +57,24 @@ class PreparedInput:
     warnings: list = field(default_factory=list)
     repaint_pixels: int = 0  # input pixels (over the batch) paste-back takes from the model: paste_mask > 0
     kept_pixels: int = 0  # input pixels (over the batch) returned as the exact source values: paste_mask == 0
+
+
+def require_finite(name: str, t) -> None:
+    """A ComfyUI IMAGE/MASK with a NaN or inf value is the input's fault, said before it can reach a model (a NaN
+    mask binarises to an empty one; a NaN image reaches the VAE and would be blamed on its weights). Meta tensors and
+    non-tensors pass; one sum decides the common, finite case."""
+    import torch
+
+    if not (isinstance(t, torch.Tensor) and t.device.type != "meta" and t.is_floating_point()):
+        return
+    if bool(torch.isfinite(t.sum())):  # NaN and inf reach the sum (an overflow falls through to the full count)
+        return
+    finite = torch.isfinite(t)
+    if not bool(finite.all()):
+        raise FillScopeInputError(
+            name, f"holds {int(finite.numel() - finite.sum()):,} NaN/inf values of {t.numel():,}; every value "
+                  "must be a finite number from 0 to 1.",
+            f"check what computes the {name} (a NaN or infinite value upstream, a division by zero).")
 
 
 def _as_rgb(image, notes):
@@ -132,6 +154,7 @@ def prepare_image_and_mask(
     feather: int = 0,
     size_mode: str = "pad",
     multiple: int = 16,
+    masked_fill: str = "none",
 ) -> PreparedInput:
     import math
 
@@ -140,19 +163,15 @@ def prepare_image_and_mask(
 
     if size_mode not in SIZE_MODES:
         raise FillScopeInputError("size_mode", f"unknown mode {size_mode!r}.", f"use one of {', '.join(SIZE_MODES)}.")
+    if masked_fill not in MASKED_FILLS:
+        raise FillScopeInputError("masked_fill", f"unknown fill {masked_fill!r}.", f"use one of {', '.join(MASKED_FILLS)}.")
     # NaN anywhere here would not fail: a NaN threshold or mask binarises to an empty mask (the source comes back
     # unchanged), a NaN soft mask or image reaches the VAE and is blamed on its weights
     if not (math.isfinite(threshold) and 0.0 <= threshold <= 1.0):
         raise FillScopeInputError("threshold", f"is {threshold!r}; it must be a number from 0 to 1.",
                                   "set threshold from 0 to 1 (0.5 binarises as diffusers does; 0 keeps a soft mask).")
-    for name, t in (("image", image), ("mask", mask)):
-        if isinstance(t, torch.Tensor) and t.device.type != "meta" and t.is_floating_point():
-            finite = torch.isfinite(t)
-            if not bool(finite.all()):
-                raise FillScopeInputError(
-                    name, f"holds {int(finite.numel() - finite.sum()):,} NaN/inf values of {t.numel():,}; every value "
-                          "must be a finite number from 0 to 1.",
-                    f"check what computes the {name} (a NaN or infinite value upstream, a division by zero).")
+    require_finite("image", image)
+    require_finite("mask", mask)
     notes: list[str] = []
     warnings: list[str] = []
     rgb = _as_rgb(image, notes)
@@ -207,6 +226,10 @@ def prepare_image_and_mask(
         grid_img = F.pad(chw, (0, gw - w, 0, gh - h), mode="replicate")
         grid_mask = F.pad(m, (0, gw - w, 0, gh - h), value=0.0)
     notes.append(geometry.describe())
+    if masked_fill != "none" and bool((grid_mask > 0).any()):
+        # the model's view only: `source` (paste-back) keeps the input's pixels
+        grid_img = neutralise_masked(grid_img, grid_mask, masked_fill)
+        notes.append(describe(masked_fill, int((grid_mask > 0).sum())))
 
     coverage = float(m.mean())  # at the input size: the pad's border is not the user's, the crop's is kept
     repaint = int((paste > 0).sum())

@@ -1,5 +1,6 @@
 """What every family's sampler shares: flow-matching schedules, the starting point (seeded noise, or the
-source noised for denoise < 1), the Euler step, and the NaN/inf guards after the first and the last step.
+source noised for denoise < 1), the Euler step, the NaN/inf guards after the first and the last step, and soft
+masks by differential diffusion (`soft_mask_to_latent`, `differential_mask`, `blend_with_source`).
 
 The schedule reproduces diffusers' FlowMatchEulerDiscreteScheduler.set_timesteps(sigmas=linspace, mu=...)
 in the same float32 arithmetic, so the same steps give the same sigmas.
@@ -141,3 +142,138 @@ def require_finite_result(model_name: str, latents) -> None:
             "fp16 probably overflowed in a later step.",
             "load the models with dtype bf16 (or fp32).",
         )
+
+
+# --- soft masks: differential diffusion (the formula: differential_mask's docstring) ------------------------------
+
+def soft_mask_to_latent(soft_mask, geometry, batch: int, height: int, width: int, *, name: str = "soft_mask"):
+    """A ComfyUI MASK ([B,H,W], [H,W] or [B,H,W,1]; 1 = repaint) at the condition's input size (geometry.height x
+    geometry.width) or at its model grid (grid_height x grid_width) -> [batch, 1, height, width] float32 on the latent
+    grid. Through the geometry first: pad -> the mask's edge values replicated into the padding (the border latent
+    cells average real pixels only), crop -> the same crop; then an area average over each latent cell (8x8 px for
+    FLUX / SD3, 16x16 px for klein's token grid), so a cell's value is its pixels' mean (ComfyUI resizes bilinearly,
+    which samples the cell's centre: the same on a smooth mask). Values are clamped to [0, 1]. On the meta device
+    only the shape exists: no value is read."""
+    import torch
+    import torch.nn.functional as F
+
+    fix_size = ("give a soft mask of the image's size: the mask wired to the condition node, or one made from it "
+                "(e.g. a blurred or feathered copy), or disconnect soft_mask.")
+    if not isinstance(soft_mask, torch.Tensor):
+        raise FillScopeInputError(name, f"is {type(soft_mask).__name__}, not a MASK tensor.", "connect a ComfyUI MASK.")
+    m = soft_mask
+    if m.dim() == 2:
+        m = m.unsqueeze(0)
+    if m.dim() == 4 and m.shape[-1] == 1:
+        m = m[..., 0]
+    elif m.dim() == 4 and m.shape[1] == 1:
+        m = m[:, 0]
+    if m.dim() != 3:
+        raise FillScopeInputError(name, f"expected a MASK [B,H,W], got shape {list(soft_mask.shape)}.",
+                                  "connect a ComfyUI MASK.")
+    size = tuple(m.shape[-2:])
+    source_size, grid_size = (geometry.height, geometry.width), (geometry.grid_height, geometry.grid_width)
+    if size not in (source_size, grid_size):
+        grid = f" (its model grid {grid_size[1]}x{grid_size[0]})" if grid_size != source_size else ""
+        raise FillScopeInputError(
+            name, f"is {size[1]}x{size[0]} but the condition's image is {source_size[1]}x{source_size[0]}{grid}.",
+            fix_size)
+    if m.shape[0] not in (1, batch):
+        raise FillScopeInputError(name, f"batch of {m.shape[0]} masks for {batch} images.",
+                                  "give one soft mask, or one per image.")
+    if m.device.type != "meta" and m.is_floating_point():
+        finite = torch.isfinite(m)
+        if not bool(finite.all()):
+            raise FillScopeInputError(
+                name, f"holds {int(finite.numel() - finite.sum()):,} NaN/inf values of {m.numel():,}; every value must "
+                      "be a finite number from 0 (keep) to 1 (repaint).",
+                "check what computes the soft mask (a NaN or infinite value upstream, a division by zero).")
+    m = m.float().clamp(0.0, 1.0).unsqueeze(1)  # [b,1,H,W]
+    if size == source_size and source_size != grid_size:
+        if geometry.mode == "crop":
+            m = m[:, :, geometry.top: geometry.top + geometry.grid_height,
+                  geometry.left: geometry.left + geometry.grid_width]
+        else:  # pad: bottom/right, as the image
+            m = F.pad(m, (0, geometry.grid_width - geometry.width, 0, geometry.grid_height - geometry.height),
+                      mode="replicate")
+    m = F.adaptive_avg_pool2d(m, (height, width))  # an exact area average: the grid is a multiple of the latent grid
+    return m.expand(batch, 1, height, width).contiguous()
+
+
+def describe_soft_mask(latent_mask) -> str:
+    """The node's fact for a soft mask on the latent grid [B,1,h,w] (no value read on the meta device)."""
+    h, w = latent_mask.shape[-2:]
+    rule = "a position is free from the step where the schedule's position (1 -> 0) falls to its value"
+    if latent_mask.device.type == "meta":
+        return f"differential diffusion: soft mask on the {w}x{h} latent grid (meta: shapes only); {rule}"
+    m = latent_mask.float()
+    return (f"differential diffusion: soft mask {float((m > 0).float().mean()):.0%} > 0, "
+            f"{float((m >= 1).float().mean()):.0%} = 1, mean {float(m.mean()):.2f} on the {w}x{h} latent grid; {rule}")
+
+
+def flux_sigma_min(mu: float, timesteps: int = 10000) -> float:
+    """ComfyUI's ModelSamplingFlux(shift=mu).sigma_min: the shifted sigma at its smallest training time 1/10000."""
+    return math.exp(mu) / (math.exp(mu) + (timesteps - 1.0))
+
+
+def static_shift_sigma_min(shift: float, num_train_timesteps: int = 1000) -> float:
+    """ComfyUI's ModelSamplingDiscreteFlow(shift).sigma_min (SD3): the shifted sigma at training time 1/1000."""
+    t = 1.0 / num_train_timesteps
+    return shift * t / (1.0 + (shift - 1.0) * t)
+
+
+def differential_range(sigmas, sigma_min: float) -> tuple[float, float]:
+    """(sigma_first, sigma_end) of this run's sigmas [steps + 1] (CPU), as ComfyUI's node takes them: the first sigma,
+    and the larger of the model sampling's sigma_min and the last sigma. A run that starts at or below sigma_min
+    (a tiny denoise) is normalised to its last sigma instead, so the first threshold is still 1."""
+    first, last = float(sigmas[0]), float(sigmas[-1])
+    end = max(sigma_min, last)
+    return first, (end if first > end else last)
+
+
+def differential_threshold(sigma: float, sigma_first: float, sigma_last: float) -> float:
+    """The schedule's position at `sigma`: 1 at sigma_first, 0 at sigma_last (python floats: exactly 1 at the
+    first step)."""
+    return (float(sigma) - sigma_last) / (sigma_first - sigma_last)
+
+
+def differential_mask(soft_mask_latent, sigma: float, sigma_first: float, sigma_last: float):
+    """The positions free at `sigma` (bool, the soft mask's shape) under differential diffusion, as ComfyUI's
+    DifferentialDiffusion node (comfy_extras/nodes_differential_diffusion.py, `forward`, strength 1) inside its
+    KSampler's inpaint blend (comfy/samplers.py KSamplerX0Inpaint). A soft value v in [0, 1] (1 = repaint fully,
+    0 = keep) is compared at each step i with the schedule's position:
+
+        threshold_i = (sigma_i - sigma_last) / (sigma_first - sigma_last)
+        free_i      = v >= threshold_i          (free: the model's result; else the source)
+
+    sigma_first = the first sigma of this run (after denoise / strength truncate the schedule); sigma_last =
+    max(sigma_min, the run's last sigma (0)) with sigma_min the model sampling's smallest training sigma
+    (`differential_range`). ComfyUI's ts_from / ts_to / current_ts are timestep(sigma), linear in sigma for flow
+    models (SD3: sigma * 1000, FLUX: sigma), so the ratio is the same in sigma units. The first step's threshold is
+    exactly 1 (only v = 1 is free), it falls with the schedule and stays above 0 at the last step: v = 1 is free all
+    the way, v = 0 is always the source, v = 0.5 keeps the source's structure for the first half of the schedule.
+
+    After the Euler step i (sigma_i -> sigma_{i+1}), `blend_with_source`:
+
+        x_{i+1} = where(free_i, x_{i+1}, sigma_{i+1} * noise + (1 - sigma_{i+1}) * source)   (the source at sigma 0)
+
+    with the run's initial noise. ComfyUI blends the model's input at step i (kept positions -> the source noised to
+    sigma_i) and its x0 prediction (kept -> the source), so its Euler step lands the kept positions on the source
+    noised to sigma_{i+1}: the same as the blend above, because the free set only grows from step to step and the
+    starting point is the source noised to sigma_first (pure noise at denoise 1), where only v = 1 is free. The blend
+    is a selection (torch.where), not arithmetic: v = 1 everywhere gives bitwise the result without a soft mask.
+    ComfyUI's `strength` < 1 (the binary mask blended with the soft one) is not offered."""
+    return soft_mask_latent >= differential_threshold(sigma, sigma_first, sigma_last)
+
+
+def blend_with_source(x, source, noise, free, sigma_next):
+    """After a step to `sigma_next`: the free positions keep the model's result, the others become the source
+    noised to sigma_next with the run's initial noise (the clean source at sigma 0). `free` broadcasts against x;
+    `sigma_next` is a 0-dim tensor on x's device or a float."""
+    import torch
+
+    if isinstance(sigma_next, (int, float)) and sigma_next == 0.0:
+        kept = source
+    else:
+        kept = sigma_next * noise + (1.0 - sigma_next) * source
+    return torch.where(free, x, kept.to(x.dtype))

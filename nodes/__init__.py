@@ -7,6 +7,9 @@ def all_nodes() -> list:
     from . import flux_fill, image, inspect, klein, loaders, sd3_inpaint, text, trace
     from . import native  # ComfyUI CONDITIONING -> FillScope's FLUX / SD3 text
     from . import lora  # LoRA on the FLUX.1 Fill / SD3 / klein transformers
+    from . import compositing  # crop and stitch, several regions
+    from . import outpaint  # outpaint pad: the larger canvas and the mask of its new area
 
     return [*loaders.NODES, *text.NODES, *flux_fill.NODES, *sd3_inpaint.NODES, *klein.NODES,
-            *image.NODES, *inspect.NODES, *trace.NODES, *native.NODES, *lora.NODES]
+            *image.NODES, *inspect.NODES, *trace.NODES, *native.NODES, *lora.NODES, *compositing.NODES,
+            *outpaint.NODES]

@@ -368,6 +368,8 @@ def source_fingerprint(source: str):
 
 def mask_inputs():
     """The explicit mask options every condition node offers, with the same names and defaults."""
+    from ..fillscope.compositing.removal import MASKED_FILLS
+
     return [
         io.Image.Input("image"),
         io.Mask.Input("mask", tooltip="1 = repaint (ComfyUI's LoadImage mask is 1 - alpha)."),
@@ -379,15 +381,24 @@ def mask_inputs():
                      tooltip="Paste-back edge: ramps inward over this many pixels; kept pixels stay exact."),
         io.Combo.Input("size_mode", options=["pad", "crop"], default="pad",
                        tooltip="Sides not multiples of 16: pad (edge pixels, cropped off after) or center-crop."),
+        advanced(io.Combo.Input(
+            "masked_fill", options=list(MASKED_FILLS), default="none", optional=True,
+            tooltip="For removal: what the model sees under the mask instead of the object (the object shown tends "
+                    "to be painted back). none: the source as is; mean: one flat colour, the kept pixels' mean; "
+                    "edge: the surrounding colours filled in from the mask's border; blur: a blurred wash of them. "
+                    "Only the model's view changes (paste-back keeps the exact source). FLUX.2 [klein] sees it in its "
+                    "reference copy of the source too; FLUX Fill and SD3 already blank the masked pixels in their "
+                    "condition, so there it changes soft masks (threshold 0) and the start at denoise < 1.")),
     ]
 
 
-def prepare_masked_input(rec, image, mask, invert_mask, threshold, grow, feather, size_mode):
+def prepare_masked_input(rec, image, mask, invert_mask, threshold, grow, feather, size_mode, masked_fill="none"):
     """The engine's image/mask preparation with its notes and warnings recorded on the node."""
     rec.tensor("image", image, "input")
     rec.tensor("mask", mask, "input")
     prepared = prepare_image_and_mask(
-        image, mask, invert=invert_mask, threshold=threshold, grow=grow, feather=feather, size_mode=size_mode
+        image, mask, invert=invert_mask, threshold=threshold, grow=grow, feather=feather, size_mode=size_mode,
+        masked_fill=masked_fill if masked_fill is not None else "none",
     )
     rec.fact("repaint coverage", f"{prepared.coverage:.1%}")
     rec.geometry(prepared.geometry)
@@ -430,3 +441,52 @@ def progress_callback(total: int):
         bar.update_absolute(step, steps)
 
     return callback
+
+
+SOFT_MASK_TOOLTIP = (
+    "Optional soft mask (1 = repaint, 0 = keep; the condition image's size): differential diffusion, as ComfyUI's "
+    "node. Each position follows the noised source until the schedule's position (1 at the first step, 0 at the end) "
+    "falls to its value, so 0.5 keeps the source's structure for the first half of the steps.")
+
+
+def soft_mask_input():
+    """The samplers' optional `soft_mask` MASK input (FLUX Fill, SD3, klein): last in the list, so existing workflows'
+    widget values keep their order."""
+    return io.Mask.Input("soft_mask", optional=True, tooltip=SOFT_MASK_TOOLTIP)
+
+
+def check_soft_mask(rec, soft_mask, condition, to_latent) -> None:
+    """Before any model is placed: the soft mask against the condition (size, batch, NaN), by the family's
+    `soft_mask_latent`; the input's shape on the record (the latent grid's comes from the sampler, soft_mask.latent,
+    and the fact `differential_diffusion`)."""
+    if soft_mask is None:
+        return
+    rec.tensor("soft_mask", soft_mask, "input")
+    to_latent(condition, soft_mask)
+
+
+def advanced(inp):
+    """An input flagged `advanced` in /object_info (ComfyUI 0.3.75's V3 inputs take no such argument; extra_dict passes
+    it on). Frontend 1.32.9 copies it to the widget's options; web/fillscope.js makes the frontend honour it (the widget
+    folds behind the node menu's "Show Advanced"). The widget keeps its place in widgets_values either way."""
+    inp.extra_dict = {**inp.extra_dict, "advanced": True}
+    return inp
+
+
+def tone_inputs(optional: bool):
+    """tone_match, poisson and ring_width, as Paste Back and Stitch offer them (off: the composite is exactly as
+    without them)."""
+    return [
+        io.Boolean.Input("tone_match", default=False, optional=optional,
+                         tooltip="Match the generated image's colours to the source's, measured on the kept pixels "
+                                 "just outside the mask (CIELAB mean and contrast per channel, plus a smooth offset "
+                                 "field for a cast that varies across the image). Off: the composite is exactly as "
+                                 "without this option."),
+        io.Boolean.Input("poisson", default=False, optional=optional,
+                         tooltip="Gradient-domain (Poisson) blend: inside the mask the generated image's detail, "
+                                 "meeting the source exactly on the mask's border (no seam); runs after tone_match. "
+                                 "Can pull a colour from outside into a large flat area."),
+        advanced(io.Int.Input("ring_width", default=16, min=1, max=256, optional=True,
+                              tooltip="Width in px of the ring of kept pixels outside the mask on which tone_match "
+                                      "measures and the delta E is reported.")),
+    ]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from comfy_api.latest import io
 
-from ..fillscope.pipelines.flux_fill import build_fill_condition, check_text, sample_flux_fill
+from ..fillscope.pipelines.flux_fill import build_fill_condition, check_text, sample_flux_fill, soft_mask_latent
 from . import common as c
 from .base import FillScopeNode
 
@@ -63,24 +63,28 @@ class FluxFillSampler(FillScopeNode):
                                tooltip="Guidance embedding (FLUX.1 Fill [dev] is tuned for 30)."),
                 io.Float.Input("denoise", default=1.0, min=0.01, max=1.0, step=0.01,
                                tooltip="Below 1: start from the noised source image and run the last steps only."),
+                c.soft_mask_input(),
             ],
             outputs=[c.Latent.Output("latent", display_name="latent"), c.shapes_output()],
         )
 
     @classmethod
-    def prepare(cls, rec, transformer, flux_text, guidance, **rest):
-        """Before the transformer is placed: the text's widths against it, and which guidance is used."""
+    def prepare(cls, rec, transformer, flux_text, guidance, condition, soft_mask=None, **rest):
+        """Before the transformer is placed: the text's widths against it, which guidance is used, the soft mask."""
         check_text(transformer, flux_text)
+        c.check_soft_mask(rec, soft_mask, condition, soft_mask_latent)
         origin = flux_text.origin or {}
         if origin.get("guidance") is not None:
             rec.note(f"guidance {guidance} (this input) is used; the {origin['source']}'s guidance {origin['guidance']} "
                      "is not")
-        return {"transformer": transformer, "flux_text": flux_text, "guidance": guidance, **rest}
+        return {"transformer": transformer, "flux_text": flux_text, "guidance": guidance, "condition": condition,
+                "soft_mask": soft_mask, **rest}
 
     @classmethod
-    def run(cls, rec, transformer, flux_text, condition, seed, steps, guidance, denoise):
+    def run(cls, rec, transformer, flux_text, condition, seed, steps, guidance, denoise, soft_mask=None):
         out = sample_flux_fill(transformer, flux_text, condition, steps=steps, guidance=guidance, seed=seed,
-                               denoise=denoise, callback=c.progress_callback(steps), observe=rec.observe)
+                               denoise=denoise, callback=c.progress_callback(steps), observe=rec.observe,
+                               soft_mask=soft_mask)
         c.record_sampler_result(rec, out, transformer)
         record_shift_range(rec, out.info)
         return out

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import math
+
 from comfy_api.latest import io
 
 from ..fillscope.decode import decode_to_image
 from ..fillscope.masks import as_paste_mask, paste_back
 from . import common as c
 from .base import FillScopeNode
+
 
 # What a graph on meta weights shows where its image would be (the decode's warning, and Paste Back's).
 META_BLANK = ("meta weights: shapes only, this image is blank (zeros of the right size; no pixel values exist on the "
@@ -52,7 +55,9 @@ class PasteBack(FillScopeNode):
             category=c.CATEGORY + "/image",
             description=(
                 "Composites the result into the source with the (feathered) mask the sampler used, or with the mask "
-                "wired here; kept pixels stay bit-identical to the input."
+                "wired here; kept pixels stay bit-identical to the input. tone_match / poisson first adjust the "
+                "generated image to the source on a ring of kept pixels around the mask (colour cast, seam), and "
+                "report the ring's CIE76 delta E before and after."
             ),
             inputs=[
                 io.Image.Input("generated", tooltip="The decoded result."),
@@ -60,24 +65,59 @@ class PasteBack(FillScopeNode):
                 io.Mask.Input("mask", optional=True,
                               tooltip="Composite with this mask instead of the sampler's (as ImageCompositeMasked): "
                                       "1 = take the generated pixel, soft values blend; the image's size."),
+                *c.tone_inputs(optional=True),
             ],
             outputs=[io.Image.Output("image"), c.shapes_output()],
         )
 
     @classmethod
-    def run(cls, rec, generated, latent, mask=None):
+    def run(cls, rec, generated, latent, mask=None, tone_match=False, poisson=False, ring_width=16):
         source = latent.prepared.source
         rec.tensor("generated", generated, "input")
         if mask is not None:
             rec.tensor("mask", mask, "input")
             rec.note("composited with the mask wired to Paste Back, not the sampler's")
         paste = latent.prepared.paste_mask if mask is None else as_paste_mask(mask, source)
-        out = paste_back(generated.to(source.device), source, paste)
+        generated = generated.to(source.device)
+        if tone_match or poisson:
+            generated = adjust_tone(rec, generated, source, paste, tone_match, poisson, ring_width)
+        out = paste_back(generated, source, paste)
         if getattr(latent.latents, "is_meta", False):
             rec.warn(META_BLANK.replace("this image is blank", "the repainted area is blank"))
         rec.fact("kept pixels (exact source values)", f"{int((paste == 0).sum()):,}")
         rec.tensor("image", out)
         return out
+
+
+def adjust_tone(rec, generated, source, paste, tone_match: bool, poisson: bool, ring_width: int):
+    """Paste Back's tone options, in order (tone match, then Poisson), before the feathered composite; the ring's
+    delta E before and after recorded as facts."""
+    from ..fillscope.compositing import tone
+
+    if generated.shape != source.shape:  # paste_back's own error, before any work
+        paste_back(generated, source, paste)
+    ring = tone.ring_mask(paste, ring_width)
+    before = tone.ring_delta_e(generated, source, ring)
+    if tone_match:
+        generated, info = tone.match_tone(generated, source, paste, ring_width=ring_width)
+        if info.get("skipped"):
+            rec.warn(f"tone match: {info['skipped']}")
+        else:
+            one = len(info["gain"]) == 1
+            rec.note(f"tone matched in CIELAB on the {info['ring_pixels']:,} kept px within {ring_width} px outside "
+                     f"the mask: gain (L, a, b) {info['gain'][0] if one else info['gain']}, offset "
+                     f"{info['offset'][0] if one else info['offset']}, then a smooth offset field")
+    if poisson:
+        # outside the mask poisson_blend returns the source, so the ring's delta E after is 0 by construction
+        generated = tone.poisson_blend(generated, source, paste)
+        rec.note("Poisson blend: inside the mask the generated image's gradients, meeting the source on its border")
+    after = tone.ring_delta_e(generated, source, ring)
+    if math.isnan(before):  # no ring (an empty mask, or one covering the whole image)
+        rec.warn("no kept pixels around the mask: nothing to measure the tone against")
+    else:
+        rec.fact("ring delta E (CIE76) before", f"{before:.2f}")
+        rec.fact("ring delta E (CIE76) after", f"{after:.2f}")
+    return generated
 
 
 NODES = [VAEDecode, PasteBack]

@@ -11,7 +11,7 @@ from comfy_api.latest import io
 from ..fillscope.errors import FillScopeInputError
 from ..fillscope.masks import synthetic_image_and_mask
 from ..fillscope.trace.records import SCHEMA as SHAPES_SCHEMA
-from ..fillscope.trace.summary import boundary_rows, format_rows
+from ..fillscope.trace.summary import boundary_rows, crop_line, format_rows
 from . import common as c
 from .base import FillScopeNode
 
@@ -96,22 +96,30 @@ class ShapesReport(FillScopeNode):
             inputs=[
                 io.String.Input("shapes", force_input=True, tooltip="A FillScope node's shapes output (its trail includes everything upstream)."),
                 io.String.Input("filename_prefix", default="fillscope/shapes"),
+                io.String.Input("shapes_2", force_input=True, optional=True,
+                                tooltip="Another branch's shapes output, for a graph whose branches meet only through "
+                                        "IMAGE/MASK (crop and stitch: wire the VAE Decode's shapes here)."),
             ],
             outputs=[],
             is_output_node=True,
         )
 
     @classmethod
-    def run(cls, rec, shapes, filename_prefix):
+    def run(cls, rec, shapes, filename_prefix, shapes_2=None):
         doc = read_shapes(shapes)
+        docs = [doc] if shapes_2 is None else [read_shapes(shapes_2), doc]
         try:
-            rows = boundary_rows([doc])
+            rows = boundary_rows(docs)
         except (KeyError, TypeError, AttributeError, IndexError, ValueError) as e:  # a record missing its fields
             raise FillScopeInputError("shapes", f"is not a FillScope shape record ({SHAPES_SCHEMA}): "
                                                 f"{type(e).__name__} {e} while reading its tensors.", SHAPES_FIX) from None
         table = format_rows(rows)
+        crop = crop_line(docs, rows)
+        if crop:
+            table += "\ncrop: " + crop
         full_dir, stem, subfolder = output_stem(filename_prefix)
-        report = {"schema": doc.get("schema"), "boundaries": rows, "shapes": doc}
+        report = {"schema": doc.get("schema"), "boundaries": rows, "shapes": doc, **({"crop": crop} if crop else {}),
+                  **({"shapes_2": docs[0]} if shapes_2 is not None else {})}
         with open(os.path.join(full_dir, stem + ".json"), "w") as f:
             json.dump(report, f, indent=1)
         with open(os.path.join(full_dir, stem + ".txt"), "w") as f:

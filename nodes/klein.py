@@ -8,15 +8,16 @@ from comfy_api.latest import io
 from ..fillscope.errors import FillScopeInputError
 from ..fillscope.pipelines.klein import (
     BASE_GUIDANCE,
-    DIFFUSERS_MAX_PIXELS,
     DISTILLED_STEPS,
     MODEL_TYPES,
     TOKEN_MASKS,
     VARIANTS,
     build_edit_condition,
     build_inpaint_condition,
+    diffusers_downscale_note,
     resolve_distilled,
     sample_klein,
+    soft_mask_latent,
     transformer_variant,
 )
 from ..fillscope.specs import shipped_config
@@ -69,10 +70,9 @@ class KleinInpaintCondition(FillScopeNode):
     @classmethod
     def prepare(cls, rec, vae, token_mask, reference=None, **mask_options):
         prepared = c.prepare_masked_input(rec, **mask_options)
-        _, _, h, w = prepared.image.shape
-        if h * w > DIFFUSERS_MAX_PIXELS:
-            rec.warn(f"{w}x{h} is above 1024x1024: diffusers' klein pipelines shrink such inputs to about 1 megapixel; "
-                     f"FillScope runs it at its own size ({h // 16 * (w // 16)} tokens), slower and unlike diffusers")
+        downscale = diffusers_downscale_note(prepared)
+        if downscale:
+            rec.warn(downscale)
         if reference is not None:
             note_reference_crop(rec, "reference", reference)
         return {"vae": vae, "prepared": prepared, "reference": reference, "token_mask": token_mask}
@@ -193,12 +193,14 @@ class KleinSampler(FillScopeNode):
                 c.KleinText.Input("negative", optional=True,
                                   tooltip="The negative prompt's Qwen3 Encode (an empty prompt, as diffusers): needed by "
                                           "base models with guidance > 1; unused by distilled ones."),
+                c.soft_mask_input(),
             ],
             outputs=[c.Latent.Output("latent", display_name="latent"), c.shapes_output()],
         )
 
     @classmethod
-    def prepare(cls, rec, transformer, positive, condition, steps, guidance, model_type, negative=None, **rest):
+    def prepare(cls, rec, transformer, positive, condition, steps, guidance, model_type, negative=None, soft_mask=None,
+                **rest):
         """Everything that needs no weights, before the transformer is placed: the model type, the text widths,
         CFG's negative."""
         chosen = model_type if model_type != "auto" else transformer.extras.get("model_type", "auto")
@@ -223,14 +225,16 @@ class KleinSampler(FillScopeNode):
                 "to 1 (no CFG); for a distilled model set model_type to distilled.")
         elif steps < 20:
             rec.note(f"base klein is meant for about 50 steps ({steps} set)")
+        c.check_soft_mask(rec, soft_mask, condition, soft_mask_latent)
         return {"transformer": transformer, "positive": positive, "condition": condition, "steps": steps,
-                "guidance": guidance, "negative": negative, "distilled": distilled, **rest}
+                "guidance": guidance, "negative": negative, "distilled": distilled, "soft_mask": soft_mask, **rest}
 
     @classmethod
-    def run(cls, rec, transformer, positive, condition, steps, guidance, negative, distilled, seed, strength):
+    def run(cls, rec, transformer, positive, condition, steps, guidance, negative, distilled, seed, strength,
+            soft_mask=None):
         out = sample_klein(transformer, positive, condition, steps=steps, guidance=guidance, distilled=distilled,
                            negative=negative, strength=strength, seed=seed, callback=c.progress_callback(steps),
-                           observe=rec.observe)
+                           observe=rec.observe, soft_mask=soft_mask)
         c.record_sampler_result(rec, out, transformer)
         return out
 

@@ -32,6 +32,7 @@ from ..fillscope.trace.records import ShapeRecorder
 from ..fillscope.vae import VAE_KINDS, latent_format, load_vae
 from ..fillscope.weights import count_parameters, resolve_device
 from . import common as c
+from .common import advanced
 from . import memory as comfy_memory  # (the loaders' `memory` input shadows the module name)
 from .base import FillScopeNode
 
@@ -377,14 +378,6 @@ class LoadKleinTransformer(_Loader):
         rec.fact("model type", f"{'distilled' if distilled else 'base'}, from {why}")
         rec.static("text condition (per token)", [cfg.get("joint_attention_dim")], role="input")
         rec.static("hidden_states (per token)", [cfg.get("in_channels")], role="input")
-
-
-def advanced(inp):
-    """An input flagged `advanced` in /object_info (ComfyUI 0.3.75's V3 inputs take no such argument; extra_dict passes
-    it on). Frontend 1.32.9 copies it to the widget's options but still draws the widget; a frontend that honours it
-    folds the widget behind the node's "Show Advanced". The widget keeps its place in widgets_values either way."""
-    inp.extra_dict = {**inp.extra_dict, "advanced": True}
-    return inp
 
 
 def holds(entry: str, kinds) -> str | None:

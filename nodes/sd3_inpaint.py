@@ -9,6 +9,7 @@ from ..fillscope.pipelines.sd3_controlnet import (
     check_image_size,
     check_text,
     sample_sd3_controlnet_inpaint,
+    soft_mask_latent,
 )
 from ..fillscope.specs import sd3_side_limit
 from . import common as c
@@ -81,15 +82,18 @@ class SD3ControlNetInpaintSampler(FillScopeNode):
                     tooltip="one_to_one: residual i after block i, as the ControlNet was trained (and ComfyUI). "
                             "diffusers: >= 0.32's block i <- residual int(i*23/24), which repeats residual 0 and drops 22.",
                 ),
+                c.soft_mask_input(),
             ],
             outputs=[c.Latent.Output("latent", display_name="latent"), c.shapes_output()],
         )
 
     @classmethod
-    def prepare(cls, rec, transformer, positive, negative, cfg, **rest):
-        """Before the models are placed: the texts' widths against the transformer."""
+    def prepare(cls, rec, transformer, positive, negative, cfg, condition, soft_mask=None, **rest):
+        """Before the models are placed: the texts' widths against the transformer, the soft mask."""
         check_text(transformer, positive, negative, cfg)
-        return {"transformer": transformer, "positive": positive, "negative": negative, "cfg": cfg, **rest}
+        c.check_soft_mask(rec, soft_mask, condition, soft_mask_latent)
+        return {"transformer": transformer, "positive": positive, "negative": negative, "cfg": cfg,
+                "condition": condition, "soft_mask": soft_mask, **rest}
 
     @classmethod
     def run(cls, rec, transformer, controlnet, positive, negative, condition, steps, **options):

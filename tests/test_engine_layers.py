@@ -194,6 +194,7 @@ LAYERS = {
     "fillscope.models": 1, "fillscope.placement": 1, "fillscope.fp8": 1, "fillscope.checkpoints": 1,
     "fillscope.weights": 1,
     "fillscope.text": 2, "fillscope.vae": 2, "fillscope.masks": 2, "fillscope.lora": 2,
+    "fillscope.compositing": 2,
     "fillscope.condition": 3, "fillscope.sampling": 3, "fillscope.decode": 3,
     "fillscope.pipelines": 4,
     "fillscope.trace": 5,

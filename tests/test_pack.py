@@ -34,6 +34,8 @@ NODE_IDS = sorted([
     "FillScopeFluxFillTrace", "FillScopeSD3ControlNetTrace", "FillScopeKleinTrace",
     # LoRA (one node per transformer socket type)
     "FillScopeFluxFillLoRA", "FillScopeSD3LoRA", "FillScopeKleinLoRA",
+    # compositing (issue 13): crop and stitch, outpaint padding
+    "FillScopeCropForInpaint", "FillScopeStitch", "FillScopeOutpaintPad",
 ])
 
 

@@ -12,7 +12,10 @@ Euler update), with these deliberate differences, each one an option:
 - the masked image is encoded by the latent distribution's mean (deterministic), not a sample;
 - the source image is encoded only when denoise < 1 (diffusers encodes it on every call);
 - an empty mask skips sampling and returns the source unchanged;
-- sizes that are not multiples of 16 are padded or cropped (masks.py) instead of resized.
+- sizes that are not multiples of 16 are padded or cropped (masks.py) instead of resized;
+- `soft_mask` (optional, none in diffusers): differential diffusion as ComfyUI's node does it (sampling.py): after
+  each Euler step the positions whose soft value is below the schedule's position are set back to the source
+  noised to the next sigma.
 
 Shapes below are for 1024x1024, batch 1 (N = 4096 tokens).
 """
@@ -29,13 +32,19 @@ from ..errors import FillScopeInputError
 from ..masks import PreparedInput
 from ..observe import observer_or_noop, stage
 from ..sampling import (
+    blend_with_source,
     check_finite_settings,
     check_steps_and_denoise,
+    describe_soft_mask,
+    differential_mask,
+    differential_range,
     euler_step,
     flux_dynamic_mu,
+    flux_sigma_min,
     flux_sigmas,
     require_finite_first_step,
     require_finite_result,
+    soft_mask_to_latent,
     starting_point,
 )
 from ..specs import flux_image_ids, flux_scheduler_config, pack_latents, unpack_latents
@@ -151,6 +160,13 @@ def build_fill_condition(vae: Component, prepared: PreparedInput, observe=None) 
                          latent_height=lh, latent_width=lw)
 
 
+def soft_mask_latent(cond: FillCondition, soft_mask):
+    """A soft mask (ComfyUI MASK at the condition's input or grid size) on the latent grid [B,1,H/8,W/8], checked
+    (sampling.soft_mask_to_latent): what sample_flux_fill blends with; the node runs it before placing the model."""
+    return soft_mask_to_latent(soft_mask, cond.prepared.geometry, cond.condition.shape[0], cond.latent_height,
+                               cond.latent_width)
+
+
 def sample_flux_fill(
     transformer: Component,
     text: FluxTextCondition,
@@ -163,9 +179,16 @@ def sample_flux_fill(
     callback=None,
     noise=None,
     observe=None,
+    soft_mask=None,
 ) -> SampledLatent:
     """Step 3. Flow-matching Euler over FLUX Fill. `callback(step, total)` runs after every step (ComfyUI's progress
-    bar raises from it on interrupt). `noise` overrides the seeded initial noise [B,16,h,w]."""
+    bar raises from it on interrupt). `noise` overrides the seeded initial noise [B,16,h,w].
+
+    `soft_mask` (ComfyUI MASK, 1 = repaint; None = plain FLUX Fill, the model's mask condition alone): differential
+    diffusion (sampling.py has the formula). The mask goes to the latent grid [B,1,H/8,W/8] (an area average per
+    8x8 px); the blend runs per latent position in the packed token layout: the mask is expanded over the 16
+    channels and packed like the latents, so each of a token's 64 values follows its own latent position, which is
+    the same as blending the unpacked [B,16,h,w] latents. The model still gets the condition's (hard) mask."""
     import torch
 
     observe = observer_or_noop(observe)
@@ -188,6 +211,7 @@ def sample_flux_fill(
     if text.t5_hidden.shape[0] not in (1, b):
         raise FillScopeInputError("text", f"batch {text.t5_hidden.shape[0]} for {b} images.", "encode one prompt.")
 
+    soft = soft_mask_latent(cond, soft_mask) if soft_mask is not None else None  # [B,1,h,w], checked before the skip
     if cond.is_empty:
         return SampledLatent(cond.masked_latents, cond.prepared, "flux", unchanged=True, info={"skipped": "empty mask"})
 
@@ -199,6 +223,14 @@ def sample_flux_fill(
                                             device, dtype, noise)  # noise, latents: [B,16,h,w]
     run_steps = len(sigmas) - 1
     x = pack_latents(latents)  # [B,N,64]
+    if soft is not None:
+        step_sigmas = sigmas.tolist()
+        sigma_first, sigma_end = differential_range(sigmas, flux_sigma_min(mu))
+        soft_facts = describe_soft_mask(soft)
+        observe("soft_mask.latent", soft)  # [B,1,h,w]
+        soft_packed = pack_latents(soft.expand(b, 16, lh, lw).contiguous()).to(device)  # [B,N,64], float32
+        source_packed = pack_latents(cond.source_latents().to(device=device, dtype=dtype))  # [B,N,64]
+        noise_packed = pack_latents(noise)  # [B,N,64]
 
     condition = cond.condition.to(device=device, dtype=dtype)  # [B,N,320]
     hidden_text = text.t5_hidden.to(device=device, dtype=dtype).expand(b, -1, -1)  # [B,512,4096] (any length)
@@ -236,6 +268,9 @@ def sample_flux_fill(
                     ("condition", x, "the VAE (source latents, denoise < 1)"),
                 ))
             x = euler_step(x, velocity, on_device[i], on_device[i + 1])
+            if soft is not None:
+                free = differential_mask(soft_packed, step_sigmas[i], sigma_first, sigma_end)
+                x = blend_with_source(x, source_packed, noise_packed, free, step_sigmas[i + 1])
             if callback is not None:
                 callback(i + 1, run_steps)
     require_finite_result("transformer", x)
@@ -243,6 +278,8 @@ def sample_flux_fill(
     observe("latent.unpacked", out)
     info = {"steps_run": run_steps, "mu": mu, "sigma_start": float(sigmas[0]), "sigma_last_step": float(sigmas[-2]),
             "tokens": n_tokens, **shift_range_facts(n_tokens, sched)}
+    if soft is not None:
+        info["differential_diffusion"] = soft_facts
     return SampledLatent(out, cond.prepared, "flux", info=info)
 
 
@@ -268,10 +305,11 @@ class FluxFillResult:
 
 def run(stack: dict[str, Component], prompt: str, prepared: PreparedInput, *, steps: int = 28,
         guidance: float = 30.0, seed: int = 0, denoise: float = 1.0, callback=None, noise=None,
-        observe=None, timings: dict | None = None, place=None) -> FluxFillResult:
+        observe=None, timings: dict | None = None, place=None, soft_mask=None) -> FluxFillResult:
     """The whole pipeline on a stack named as COMPONENTS (steps 1-4 above, in order). `timings`, when a dict,
     receives each step's wall time under its function's name; `place(components)`, when given, is a context
-    manager around each step that puts that step's components where they run (placement.placer)."""
+    manager around each step that puts that step's components where they run (placement.placer). `soft_mask`:
+    differential diffusion in step 3 (sample_flux_fill)."""
     clip_l, t5, transformer, vae = (stack[name] for name in COMPONENTS)
     with stage("encode_prompt", [clip_l, t5], timings=timings, place=place):
         flux_text = encode_prompt(clip_l, t5, prompt, observe=observe)  # 1
@@ -279,7 +317,8 @@ def run(stack: dict[str, Component], prompt: str, prepared: PreparedInput, *, st
         condition = build_fill_condition(vae, prepared, observe=observe)  # 2
     with stage("sample_flux_fill", [transformer], timings=timings, place=place):
         latent = sample_flux_fill(transformer, flux_text, condition, steps=steps, guidance=guidance, seed=seed,
-                                  denoise=denoise, callback=callback, noise=noise, observe=observe)  # 3
+                                  denoise=denoise, callback=callback, noise=noise, observe=observe,
+                                  soft_mask=soft_mask)  # 3
     with stage("decode_to_image", [vae], timings=timings, place=place):
         image = decode_to_image(vae, latent, observe=observe)  # 4
     return FluxFillResult(flux_text, condition, latent, image)

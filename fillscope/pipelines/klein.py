@@ -20,7 +20,9 @@ deliberate differences, each an input that can be set to diffusers' behaviour:
   resizes to multiples of 16 and shrinks anything above 1024x1024 to about 1 megapixel (FillScope warns instead);
 - the negative prompt of base (CFG) models is an input; diffusers always uses "" (the default here too);
 - an empty mask returns the source unchanged without sampling; the source is encoded by the latent mean (the same
-  as diffusers' argmax mode, which the klein pipelines use).
+  as diffusers' argmax mode, which the klein pipelines use);
+- `soft_mask` (optional, none in diffusers): differential diffusion as ComfyUI's node does it (sampling.py): the
+  per-step re-blend keeps the tokens whose soft value is below the schedule's position, instead of the token mask's.
 
 Shapes below are for 1024x1024, batch 1, klein 4B (N = 4096 image tokens; 9B: 12288 text channels).
 """
@@ -37,13 +39,19 @@ from ..errors import FillScopeInputError
 from ..masks import PreparedInput
 from ..observe import observer_or_noop, stage
 from ..sampling import (
+    blend_with_source,
     check_finite_settings,
     check_steps_and_denoise,
+    describe_soft_mask,
+    differential_mask,
+    differential_range,
     euler_step,
+    flux_sigma_min,
     flux_sigmas,
     initial_noise,
     require_finite_first_step,
     require_finite_result,
+    soft_mask_to_latent,
     truncate_for_denoise,
 )
 from ..specs import shipped_config
@@ -219,15 +227,15 @@ def _reference_tokens(vae: Component, images, start_offset: int, batch: int, obs
     return torch.cat(tokens, dim=1), torch.cat(ids, dim=1), sizes
 
 
-def note_diffusers_downscale(prepared: PreparedInput) -> None:
+def diffusers_downscale_note(prepared: PreparedInput) -> str | None:
     """Above 1024x1024 px diffusers' klein pipelines shrink the input to about one megapixel without a word;
-    FillScope runs the size it is given and says what diffusers would have done instead."""
+    FillScope runs the size it is given and says what diffusers would have done instead (None at or below it)."""
     h, w = prepared.image.shape[-2:]
-    if h * w > DIFFUSERS_MAX_PIXELS:
-        prepared.notes.append(
-            f"runs at {w}x{h} ({(h // 16) * (w // 16):,} tokens); diffusers' klein pipelines would shrink this input "
+    if h * w <= DIFFUSERS_MAX_PIXELS:
+        return None
+    return (f"runs at {w}x{h} ({(h // 16) * (w // 16):,} tokens); diffusers' klein pipelines would shrink this input "
             "to about 1 megapixel first: to match them, scale the image to 1.0 megapixels before this node (e.g. "
-            "ImageScaleToTotalPixels)")
+            "ImageScaleToTotalPixels), or crop around the mask (Crop For Inpaint)")
 
 
 def build_inpaint_condition(vae: Component, prepared: PreparedInput, reference=None, *, token_mask: str = "cover",
@@ -236,7 +244,9 @@ def build_inpaint_condition(vae: Component, prepared: PreparedInput, reference=N
     reference (t=10); `reference` (IMAGE, optional: "put this object there") follows at t=20."""
     observe = observer_or_noop(observe)
     _require_flux2_vae(vae)
-    note_diffusers_downscale(prepared)
+    note = diffusers_downscale_note(prepared)
+    if note and note not in prepared.notes:
+        prepared.notes.append(note)
     source = vae_ops.encode(vae, prepared.image)  # [B,128,H/16,W/16]
     b, _, h, w = source.shape
     observe("source_latents", source)
@@ -315,6 +325,17 @@ def resolve_distilled(transformer: Component, model_type: str = "auto") -> tuple
     return True, "default (distilled; set model_type to base for a base model)"
 
 
+def soft_mask_latent(cond: KleinCondition, soft_mask):
+    """A soft mask (ComfyUI MASK at the condition's input or grid size) on the token grid [B,1,H/16,W/16] (an area
+    average per 16x16 px token), checked (sampling.soft_mask_to_latent); the mask-free edit has nothing to keep and
+    refuses one. What sample_klein re-blends with; the node runs it before placing the model."""
+    if cond.is_edit:
+        raise FillScopeInputError("soft_mask", "the mask-free edit generates every token from noise: there is no "
+                                  "source to keep.", "disconnect soft_mask, or use Klein Inpaint Condition.")
+    return soft_mask_to_latent(soft_mask, cond.prepared.geometry, cond.references.shape[0], cond.latent_height,
+                               cond.latent_width)
+
+
 def sample_klein(
     transformer: Component,
     text: KleinText,
@@ -329,11 +350,17 @@ def sample_klein(
     callback=None,
     noise=None,
     observe=None,
+    soft_mask=None,
 ) -> SampledLatent:
     """Step 3. Flow-matching Euler. Distilled models: one transformer call a step, guidance ignored. Base models
     with guidance > 1: classifier-free guidance against `negative` (the encoded "" unless given). `strength` < 1
     starts from the source noised to the first kept sigma (inpaint only). `noise` overrides the seeded
-    [B,128,h,w] draw; `callback(step, total)` runs after every step (ComfyUI's progress bar raises from it)."""
+    [B,128,h,w] draw; `callback(step, total)` runs after every step (ComfyUI's progress bar raises from it).
+
+    `soft_mask` (ComfyUI MASK, 1 = repaint; inpaint only): differential diffusion (sampling.py has the formula) on
+    the token grid [B,1,H/16,W/16]: each step's re-blend keeps the tokens below the schedule's position (the source
+    noised to the next sigma) instead of the condition's token mask; sigma_min for the schedule position is
+    ComfyUI's ModelSamplingFlux one at this run's mu."""
     import torch
 
     observe = observer_or_noop(observe)
@@ -363,6 +390,7 @@ def sample_klein(
     h, w, n_tokens = cond.latent_height, cond.latent_width, cond.tokens
     if text.embeds.shape[0] not in (1, b):
         raise FillScopeInputError("text", f"batch {text.embeds.shape[0]} for {b} images.", "encode one prompt.")
+    soft = soft_mask_latent(cond, soft_mask) if soft_mask is not None else None  # [B,1,h,w], checked before the skip
     if cond.is_empty:
         return SampledLatent(cond.source, cond.prepared, "flux2", unchanged=True, info={"skipped": "empty mask"})
 
@@ -381,6 +409,12 @@ def sample_klein(
         source = pack_tokens(cond.source.to(device=device, dtype=dtype))  # [B,N,128]
         mask = cond.token_mask.to(device=device, dtype=dtype)  # [B,N,1]
         x = _noised(source, noise_tokens, on_device[0]).to(dtype)  # = noise at strength 1
+    if soft is not None:
+        step_sigmas = sigmas.tolist()
+        sigma_first, sigma_end = differential_range(sigmas, flux_sigma_min(mu))
+        soft_facts = describe_soft_mask(soft)
+        observe("soft_mask.latent", soft)  # [B,1,h,w]
+        soft_tokens = pack_tokens(soft).to(device)  # [B,N,1], float32
     references = cond.references.to(device=device, dtype=dtype)  # [B,Nref,128]
     img_ids = torch.cat([token_ids(h, w, 0, b, device), cond.reference_ids.to(device)], dim=1)  # [B,N+Nref,4]
     prompt = text.embeds.to(device=device, dtype=dtype).expand(b, -1, -1)  # [B,512,7680]
@@ -413,7 +447,10 @@ def sample_klein(
                     ("condition", references, "the FLUX.2 VAE (reference latents)"),
                 ))
             x = euler_step(x, velocity, on_device[i], on_device[i + 1])
-            if mask is not None:
+            if soft is not None:
+                free = differential_mask(soft_tokens, step_sigmas[i], sigma_first, sigma_end)
+                x = blend_with_source(x, source, noise_tokens, free, step_sigmas[i + 1])
+            elif mask is not None:
                 # unmasked tokens follow the source along the schedule (the clean source after the last step)
                 kept = _noised(source, noise_tokens, on_device[i + 1]) if i < run_steps - 1 else source
                 x = ((1 - mask) * kept + mask * x).to(x.dtype)
@@ -425,6 +462,8 @@ def sample_klein(
     info = {"steps_run": run_steps, "mu": mu, "sigma_start": float(sigmas[0]), "sigma_last_step": float(sigmas[-2]),
             "tokens": n_tokens, "reference_tokens": cond.references.shape[1], "cfg": use_cfg,
             "transformer_calls": run_steps * (2 if use_cfg else 1)}
+    if soft is not None:
+        info["differential_diffusion"] = soft_facts
     return SampledLatent(out_latents, cond.prepared, "flux2", info=info)
 
 
@@ -459,9 +498,10 @@ def _encode_texts(qwen3, prompt, negative_prompt, use_cfg, observe):
 def run(stack: dict[str, Component], prompt: str, prepared: PreparedInput, *, reference=None,
         negative_prompt: str = "", steps: int = DISTILLED_STEPS, guidance: float = BASE_GUIDANCE,
         model_type: str = "auto", strength: float = 1.0, token_mask: str = "cover", seed: int = 0,
-        callback=None, noise=None, observe=None, timings: dict | None = None, place=None) -> KleinResult:
+        callback=None, noise=None, observe=None, timings: dict | None = None, place=None,
+        soft_mask=None) -> KleinResult:
     """Inpaint: the whole pipeline on a stack named as COMPONENTS (steps 1-4 above, in order). `timings` and
-    `place` as in flux_fill.run."""
+    `place` as in flux_fill.run; `soft_mask`: differential diffusion in step 3 (sample_klein)."""
     qwen3, transformer, vae = (stack[name] for name in COMPONENTS)
     distilled, _ = resolve_distilled(transformer, model_type)
     use_cfg = guidance > 1.0 and not distilled
@@ -472,7 +512,7 @@ def run(stack: dict[str, Component], prompt: str, prepared: PreparedInput, *, re
     with stage("sample_klein", [transformer], timings=timings, place=place):
         latent = sample_klein(transformer, positive, condition, steps=steps, guidance=guidance, distilled=distilled,
                               negative=negative, strength=strength, seed=seed, callback=callback, noise=noise,
-                              observe=observe)  # 3
+                              observe=observe, soft_mask=soft_mask)  # 3
     with stage("decode_to_image", [vae], timings=timings, place=place):
         image = decode_to_image(vae, latent, observe=observe)  # 4
     return KleinResult(positive, negative, condition, latent, image)

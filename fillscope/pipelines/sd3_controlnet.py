@@ -16,7 +16,10 @@ differences, each one an option:
   residual 0 twice and never adds residual 22 (`residual_mapping="diffusers"` reproduces it);
 - the masked control image is encoded by the latent distribution's mean (diffusers samples, unseeded);
 - denoise < 1 starts from the noised source image (diffusers' pipeline has no init image: its issue 10559);
-- an empty mask skips sampling and returns the source unchanged.
+- an empty mask skips sampling and returns the source unchanged;
+- `soft_mask` (optional, none in diffusers): differential diffusion as ComfyUI's node does it (sampling.py): after
+  each Euler step the latent positions whose soft value is below the schedule's position are set back to the
+  source noised to the next sigma.
 
 Shapes below are for 1024x1024, batch 1 (latent 128x128, 4096 patches of 2x2, width 1536 for SD3-medium).
 """
@@ -33,12 +36,18 @@ from ..errors import FillScopeInputError
 from ..masks import PreparedInput
 from ..observe import observer_or_noop, stage
 from ..sampling import (
+    blend_with_source,
     check_finite_settings,
     check_steps_and_denoise,
+    describe_soft_mask,
+    differential_mask,
+    differential_range,
     euler_step,
     require_finite_first_step,
     require_finite_result,
+    soft_mask_to_latent,
     starting_point,
+    static_shift_sigma_min,
     static_shift_sigmas,
 )
 from ..specs import MIN_SIDE, SideLimit, pos_embed_side_limit, scheduler_config, sd3_side_limit, shipped_variant
@@ -226,6 +235,13 @@ def controlnet_keep(step: int, steps: int, start: float, end: float) -> float:
     return 1.0 - float(step / steps < start or (step + 1) / steps > end)
 
 
+def soft_mask_latent(cond: InpaintCondition, soft_mask):
+    """A soft mask (ComfyUI MASK at the condition's input or grid size) on the latent grid [B,1,H/8,W/8], checked
+    (sampling.soft_mask_to_latent): what the sampler blends with; the node runs it before placing the models."""
+    lh, lw = cond.control.shape[-2:]
+    return soft_mask_to_latent(soft_mask, cond.prepared.geometry, cond.control.shape[0], lh, lw)
+
+
 def sample_sd3_controlnet_inpaint(
     transformer: Component,
     controlnet: Component,
@@ -245,9 +261,15 @@ def sample_sd3_controlnet_inpaint(
     callback=None,
     noise=None,
     observe=None,
+    soft_mask=None,
 ) -> SampledLatent:
     """Step 3. Flow-matching Euler with classifier-free guidance (negative first in the batch, as diffusers).
-    `callback(step, total)` runs after every step; `noise` overrides the seeded initial noise [B,16,h,w]."""
+    `callback(step, total)` runs after every step; `noise` overrides the seeded initial noise [B,16,h,w].
+
+    `soft_mask` (ComfyUI MASK, 1 = repaint; None = the ControlNet's condition alone): differential diffusion
+    (sampling.py has the formula), blended per latent position on [B,16,H/8,W/8] with the mask averaged over each
+    8x8 px cell; sigma_min for the schedule position is ComfyUI's SD3 one at this `shift`. The ControlNet still gets
+    the condition's (hard) mask."""
     import torch
 
     observe = observer_or_noop(observe)
@@ -277,6 +299,7 @@ def sample_sd3_controlnet_inpaint(
         if text is not None and text.context.shape[0] not in (1, b):
             raise FillScopeInputError(name, f"batch {text.context.shape[0]} for {b} images.", "encode one prompt.")
     lh, lw = cond.control.shape[-2:]
+    soft = soft_mask_latent(cond, soft_mask) if soft_mask is not None else None  # [B,1,h,w], checked before the skip
     if cond.is_empty:
         return SampledLatent(cond.control[:, :16], cond.prepared, "sd3", unchanged=True, info={"skipped": "empty mask"})
 
@@ -284,6 +307,13 @@ def sample_sd3_controlnet_inpaint(
     sigmas, noise, latents = starting_point(cond, static_shift_sigmas(steps, shift), steps, denoise, (b, 16, lh, lw),
                                             seed, device, dtype, noise)  # noise, latents: [B,16,h,w]
     run_steps = len(sigmas) - 1
+    if soft is not None:
+        step_sigmas = sigmas.tolist()
+        sigma_first, sigma_end = differential_range(sigmas, static_shift_sigma_min(shift))
+        soft_facts = describe_soft_mask(soft)
+        observe("soft_mask.latent", soft)  # [B,1,h,w]
+        soft_on_device = soft.to(device)  # float32
+        source = cond.source_latents().to(device=device, dtype=dtype)  # [B,16,h,w]
 
     def batch(t, n):
         return t.to(device=device, dtype=dtype).expand(n, *t.shape[1:])
@@ -356,6 +386,9 @@ def sample_sd3_controlnet_inpaint(
             if i == 0:
                 observe("velocity.guided", velocity)
             latents = euler_step(latents, velocity, on_device[i], on_device[i + 1])
+            if soft is not None:
+                free = differential_mask(soft_on_device, step_sigmas[i], sigma_first, sigma_end)
+                latents = blend_with_source(latents, source, noise, free, step_sigmas[i + 1])
             if callback is not None:
                 callback(i + 1, run_steps)
     require_finite_result("transformer", latents)
@@ -363,6 +396,8 @@ def sample_sd3_controlnet_inpaint(
     info = {"steps_run": run_steps, "shift": shift, "sigma_start": float(sigmas[0]), "cfg": cfg,
             "controlnet_residuals": cnet.config.get("num_layers"), "controlnet_steps": controlnet_steps,
             "residual_mapping": residual_mapping}
+    if soft is not None:
+        info["differential_diffusion"] = soft_facts
     if len(passes) > 1:
         info["cfg_passes"] = (f"2 (negative {negative.context.shape[1]} and positive {positive.context.shape[1]} "
                               "context tokens: one pass each)")
@@ -384,11 +419,12 @@ def run(stack: dict[str, Component], prompt: str, prepared: PreparedInput, *, ne
         steps: int = 28, cfg: float = 7.0, control_scale: float = 0.95, control_start: float = 0.0,
         control_end: float = 1.0, shift: float | None = None, seed: int = 0, denoise: float = 1.0,
         residual_mapping: str = "one_to_one", callback=None, noise=None, observe=None,
-        timings: dict | None = None, place=None) -> SD3ControlNetResult:
+        timings: dict | None = None, place=None, soft_mask=None) -> SD3ControlNetResult:
     """The whole pipeline on a stack named as COMPONENTS (steps 1-4 above, in order). The negative prompt is
     encoded only when CFG is on; `observe` sees the positive prompt's text tensors. `timings`, when a dict,
     receives each step's wall time under its function's name; `place(components)`, when given, is a context
-    manager around each step that puts that step's components where they run (placement.placer)."""
+    manager around each step that puts that step's components where they run (placement.placer). `soft_mask`:
+    differential diffusion in step 3 (sample_sd3_controlnet_inpaint)."""
     clip_l, clip_g, t5, transformer, controlnet, vae = (stack[name] for name in COMPONENTS)
     with stage("encode_prompt", [clip_l, clip_g, t5], timings=timings, place=place):
         positive = encode_prompt(clip_l, clip_g, t5, prompt, observe=observe)  # 1
@@ -399,7 +435,7 @@ def run(stack: dict[str, Component], prompt: str, prepared: PreparedInput, *, ne
         latent = sample_sd3_controlnet_inpaint(  # 3
             transformer, controlnet, positive, negative, condition, steps=steps, cfg=cfg, control_scale=control_scale,
             control_start=control_start, control_end=control_end, shift=shift, seed=seed, denoise=denoise,
-            residual_mapping=residual_mapping, callback=callback, noise=noise, observe=observe)
+            residual_mapping=residual_mapping, callback=callback, noise=noise, observe=observe, soft_mask=soft_mask)
     with stage("decode_to_image", [vae], timings=timings, place=place):
         image = decode_to_image(vae, latent, observe=observe)  # 4
     return SD3ControlNetResult(positive, negative, condition, latent, image)

@@ -174,6 +174,19 @@ def compare_with_seed(rows) -> dict | None:
     return {name: by_name.get(name) == shape for name, shape in found[1].items()}
 
 
+def crop_line(documents, rows) -> str | None:
+    """'4096x3072 photo -> 1024x768 crop, scale 0.25: transformer.input [1, 3072, 384]' when the graph cropped its
+    input (a node recorded the fact "crop", e.g. Crop For Inpaint), else None."""
+    crops = [rec["facts"]["crop"] for rec in all_records(documents) if "crop" in rec.get("facts", {})]
+    if not crops:
+        return None
+    # the tensor that shows the model's working size: the transformer's input (SD3's ControlNet condition)
+    model = next((r for name in ("transformer.input", "inpaint_condition") for r in rows
+                  if r["tensor"] == name and r["shape"]), None)
+    line = str(crops[-1]).replace("\n", "; ")
+    return line + (f": {model['tensor']} {model['shape']}" if model else "")
+
+
 def format_rows(rows) -> str:
     w = max(len(r["boundary"]) for r in rows)
     seed = compare_with_seed(rows)

@@ -1,0 +1,1 @@
+"""Compositing around the model: crop and stitch, tone matching, outpaint padding, removal."""
