@@ -7,6 +7,7 @@ passes the host's own files). Nothing is fetched from a hub.
 
 from __future__ import annotations
 
+import re
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
@@ -17,6 +18,77 @@ from .weights import Component, load_component
 
 CLIP_MAX_LENGTH = 77
 FLUX_T5_MAX_LENGTH = 512
+PROMPT_SEPARATOR = "---"  # a line holding only this separates the prompts of one text (split_prompts)
+_SEPARATOR_LINE = re.compile(r"^[^\S\n]*---[^\S\n]*$", re.MULTILINE)  # spaces, tabs, a \r around it allowed
+
+
+# --- several prompts in one text (a prompt per region or per image) ----------------------------------------------
+
+
+def split_prompts(text: str, input_name: str = "text") -> list[str]:
+    """The prompts of one prompt box, in order. The rule, in one place for every family:
+
+    - a line that holds only `---` (spaces or tabs around it allowed) separates two prompts;
+    - each part between separators is stripped of the whitespace (and line breaks) around it;
+    - a text without such a line is one prompt, returned exactly as given (not stripped), so a single prompt
+      encodes bit for bit as it always has; "" is one (empty) prompt, as before;
+    - with separators, every part must hold text: an empty part (a `---` at the start or the end, or two in a
+      row) is refused, naming `input_name`, since a missing prompt would move every later prompt onto the wrong
+      region.
+
+    The encoders encode each prompt on its own and stack them along the batch (concat_batch): prompt k
+    conditions image k of the batch, e.g. crop k of Crop For Inpaint with regions."""
+    if not isinstance(text, str):
+        raise FillScopeInputError(input_name, f"is {type(text).__name__}, not text.", "pass the prompt as a string.")
+    parts = _SEPARATOR_LINE.split(text)
+    if len(parts) == 1:
+        return [text]
+    prompts = [p.strip() for p in parts]
+    empty = [k for k, p in enumerate(prompts) if not p]
+    if empty:
+        where = ", ".join(str(k + 1) for k in empty)
+        raise FillScopeInputError(
+            input_name,
+            f"is split by lines {PROMPT_SEPARATOR} into {len(prompts)} prompts, but prompt{'s' if len(empty) > 1 else ''} "
+            f"{where} of {len(prompts)} {'are' if len(empty) > 1 else 'is'} empty (a line {PROMPT_SEPARATOR} at the "
+            "start or the end, or two in a row).",
+            f"write a prompt between every two lines {PROMPT_SEPARATOR} (one per region or image, in order) or remove "
+            f"the extra line {PROMPT_SEPARATOR}; a single prompt needs none.")
+    return prompts
+
+
+def concat_batch(parts: list):
+    """The encodings of several prompts as one batch, in the prompts' order: every tensor field of the dataclass
+    (ClipOutput, T5Output, Qwen3Output, FluxTextCondition, SD3TextCondition, a pipeline's own text dataclass)
+    concatenated along dim 0, nested dataclasses the same way, fields that are None in every part stay None, int
+    fields (token counts) take the largest (the longest prompt's: `truncated` is true when any prompt was cut);
+    any other field (an encoder's name) must be the same in every part. One part is returned as it is, the same
+    object: a single prompt's tensors are exactly today's."""
+    import dataclasses
+
+    import torch
+
+    if len(parts) == 1:
+        return parts[0]
+    first = parts[0]
+    values = {}
+    for f in dataclasses.fields(first):
+        if not f.init:
+            continue
+        items = [getattr(p, f.name) for p in parts]
+        if all(v is None for v in items):
+            values[f.name] = None
+        elif all(isinstance(v, torch.Tensor) for v in items):
+            values[f.name] = torch.cat(items, dim=0)
+        elif all(dataclasses.is_dataclass(v) for v in items):
+            values[f.name] = concat_batch(items)
+        elif all(isinstance(v, int) and not isinstance(v, bool) for v in items):
+            values[f.name] = max(items)
+        elif all(v == items[0] for v in items):
+            values[f.name] = items[0]
+        else:
+            raise ValueError(f"{type(first).__name__}.{f.name} differs between the prompts and has no batch to join")
+    return type(first)(**values)
 
 
 @lru_cache(maxsize=16)

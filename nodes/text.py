@@ -9,11 +9,13 @@ from ..fillscope.pipelines.klein import QWEN3_MAX_LENGTH, encode_prompt
 from ..fillscope.pipelines.sd3_controlnet import T5_MAX_LENGTH as SD3_T5_MAX_LENGTH
 from ..fillscope.text import (
     CLIP_MAX_LENGTH,
+    concat_batch,
     encode_clip,
     encode_clip_l,
     encode_t5,
     flux_text_condition,
     sd3_text_condition,
+    split_prompts,
 )
 from . import common as c
 from .base import FillScopeNode
@@ -171,6 +173,27 @@ def sd3_condition(rec, clip_l_embeds, clip_g_embeds, t5_embeds):
     return cond
 
 
+# ---- several prompts in one box (fillscope.text.split_prompts), for the three prompt boxes below ---------------
+
+SEVERAL_PROMPTS_TOOLTIP = (
+    "\n\nSeveral regions (Crop For Inpaint with regions) or images: one prompt per region, separated by a line "
+    "holding only ---, in the order of the crop node's boxes: image by image, and in each image its regions top to "
+    "bottom by the top edge of each hole, equal tops left to right (the crop node's notes list them in this order: "
+    "region 0, region 1, ...; an image with nothing to repaint has no crop and takes no prompt). Each prompt is "
+    "encoded on its own and they travel as one batch, prompt k for crop k; the sampler needs one prompt, or exactly "
+    "one per crop. An empty prompt between lines --- is refused."
+)
+
+
+def prepare_prompts(rec, **inputs):
+    """The prompt box's text split into its prompts (split_prompts) before any model is placed, so an empty prompt
+    between lines --- is refused without moving weights; the number of prompts is recorded when there are several."""
+    n = len(split_prompts(inputs["text"]))
+    if n > 1:
+        rec.fact("prompts", n)
+    return inputs
+
+
 class Qwen3Encode(FillScopeNode):
     title = "Qwen3 encode"
     table = "klein"
@@ -188,9 +211,14 @@ class Qwen3Encode(FillScopeNode):
             ),
             inputs=[c.Qwen3.Input("qwen3"),
                     io.String.Input("text", multiline=True, default="",
-                                    tooltip="The prompt: what to paint in the mask, or (edit) what to change.")],
+                                    tooltip="The prompt: what to paint in the mask, or (edit) what to change."
+                                            + SEVERAL_PROMPTS_TOOLTIP)],
             outputs=[c.KleinText.Output("klein_text", display_name="klein_text"), c.shapes_output()],
         )
+
+    @classmethod
+    def prepare(cls, rec, **inputs):
+        return prepare_prompts(rec, **inputs)
 
     @classmethod
     def run(cls, rec, qwen3, text):
@@ -225,17 +253,22 @@ class FluxPrompt(FillScopeNode):
             inputs=[
                 c.ClipL.Input("clip_l"),
                 c.T5.Input("t5"),
-                io.String.Input("text", multiline=True, default="", tooltip=PROMPT_TOOLTIP),
+                io.String.Input("text", multiline=True, default="", tooltip=PROMPT_TOOLTIP + SEVERAL_PROMPTS_TOOLTIP),
                 io.Int.Input("max_length", default=512, min=1, max=512, tooltip="T5 tokens; FLUX.1 [dev] uses 512."),
             ],
             outputs=[c.FluxText.Output("flux_text", display_name="flux_text"), c.shapes_output()],
         )
 
     @classmethod
+    def prepare(cls, rec, **inputs):
+        return prepare_prompts(rec, **inputs)
+
+    @classmethod
     def run(cls, rec, clip_l, t5, text, max_length):
-        clip = encode_clip_l(clip_l, text)
+        prompts = split_prompts(text)
+        clip = concat_batch([encode_clip_l(clip_l, p) for p in prompts])
         record_clip(rec, "clip_l", clip)
-        t5_out = encode_t5(t5, text, max_length)
+        t5_out = concat_batch([encode_t5(t5, p, max_length) for p in prompts])
         record_t5(rec, t5_out, max_length)
         cond = flux_text_condition(t5_out, clip)
         record_flux_text(rec, cond)
@@ -261,17 +294,24 @@ class SD3Prompt(FillScopeNode):
                 c.ClipG.Input("clip_g"),
                 c.T5.Input("t5"),
                 io.String.Input("text", multiline=True, default="",
-                                tooltip=PROMPT_TOOLTIP + " On the sampler's negative input: what to avoid."),
+                                tooltip=PROMPT_TOOLTIP + " On the sampler's negative input: what to avoid."
+                                + SEVERAL_PROMPTS_TOOLTIP),
             ],
             outputs=[c.SD3Text.Output("sd3_text", display_name="sd3_text"), c.shapes_output()],
         )
 
     @classmethod
+    def prepare(cls, rec, **inputs):
+        return prepare_prompts(rec, **inputs)
+
+    @classmethod
     def run(cls, rec, clip_l, clip_g, t5, text):
-        clip_l_out, clip_g_out = encode_clip_l(clip_l, text), encode_clip(clip_g, text)
+        prompts = split_prompts(text)
+        clip_l_out = concat_batch([encode_clip_l(clip_l, p) for p in prompts])
+        clip_g_out = concat_batch([encode_clip(clip_g, p) for p in prompts])
         record_clip(rec, "clip_l", clip_l_out)
         record_clip(rec, "clip_g", clip_g_out)
-        t5_out = encode_t5(t5, text, SD3_T5_MAX_LENGTH)
+        t5_out = concat_batch([encode_t5(t5, p, SD3_T5_MAX_LENGTH) for p in prompts])
         record_t5(rec, t5_out, SD3_T5_MAX_LENGTH)
         return sd3_condition(rec, clip_l_out, clip_g_out, t5_out)
 

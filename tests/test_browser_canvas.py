@@ -236,7 +236,10 @@ ADVANCED_JS = """(id) => {
   const opened = {shown: shown(), height: n.size[1], bottom: bottom()};
   n.toggleAdvanced();
   window.app.canvas.draw(true, true);
-  return {before, opened, after: {shown: shown(), height: n.size[1]},
+  const after = {shown: shown(), height: n.size[1]};
+  n.setSize([n.size[0], before.height]);  // Hide Advanced leaves the grown size (LiteGraph only expands): put it back
+  window.app.canvas.draw(true, true);
+  return {before, opened, after,
           advanced: n.widgets.filter((w) => w.options?.advanced).map((w) => w.name)};
 }"""
 

@@ -161,3 +161,30 @@ def test_an_outpaint_of_256_px_a_side_returns_the_padded_size_with_the_original_
     assert out.shape == (h + 512, w + 512, 3)
     assert np.array_equal(out[256:256 + h, 256:256 + w], rgb)  # the original, bit for bit
     assert not np.array_equal(out[:256], np.broadcast_to(out[:1], out[:256].shape))  # the new area was painted
+
+
+def test_a_colour_shifted_crop_stitched_with_tone_match_has_a_smaller_ring_error(server):
+    """The generated crop shifted in colour (ComfyUI's own EmptyImage + ImageBlend: a quarter of pure red over it) and
+    stitched with tone_match: the Stitch node measures the ring's mean CIE76 delta E before and after; after is a
+    fraction of before. No model runs: the shift stands in for a model's colour drift."""
+    width, height, fraction = 1024, 768, 0.3
+    image, mask = synthetic_image_and_mask(width, height, fraction)
+    record = crop_for_inpaint(image, mask, target_long_side=256).record
+    prompt = {
+        "1": {"class_type": "FillScopeSyntheticImageMask",
+              "inputs": {"width": width, "height": height, "mask_fraction": fraction}},
+        "2": {"class_type": CROP, "inputs": {"image": ["1", 0], "mask": ["1", 1], "context_factor": 1.5, "padding": 32,
+                                             "target": 256, "regions": False}},
+        "3": {"class_type": "EmptyImage", "inputs": {"width": record.crop_width, "height": record.crop_height,
+                                                     "batch_size": 1, "color": 0xFF0000}},
+        "4": {"class_type": "ImageBlend", "inputs": {"image1": ["2", 0], "image2": ["3", 0], "blend_factor": 0.25,
+                                                     "blend_mode": "normal"}},
+        "5": {"class_type": STITCH, "inputs": {"generated": ["4", 0], "stitch": ["2", 2], "feather": 8,
+                                               "tone_match": True, "poisson": False, "ring_width": 16}},
+        "6": {"class_type": "PreviewImage", "inputs": {"images": ["5", 0]}},  # an output node: the prompt runs
+    }
+    entry = server.run(prompt, timeout=300)
+    facts = entry["outputs"]["5"]["fillscope_shapes"][0]["node"]["facts"]
+    before, after = float(facts["ring delta E before"]), float(facts["ring delta E after"])
+    print(f"ring delta E (CIE76) of a crop blended 25% with red: {before:.2f} without, {after:.2f} with tone_match")
+    assert before > 5.0 and after < before / 3, facts

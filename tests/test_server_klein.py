@@ -102,7 +102,7 @@ def test_object_info_lists_the_klein_nodes_and_files(server):
         assert info[name]["input_order"]["required"] == inputs, name
         assert info[name]["category"].startswith("FillScope")
     assert info["FillScopeKleinSampler"]["input_order"]["optional"] == ["negative", "soft_mask"]
-    assert info["FillScopeKleinInpaintCondition"]["input_order"]["optional"] == ["reference"]
+    assert info["FillScopeKleinInpaintCondition"]["input_order"]["optional"] == ["masked_fill", "reference"]
     assert info["FillScopeKleinSampler"]["output"] == ["FS_LATENT", "STRING"]
     assert info["FillScopeQwen3Encode"]["output"] == ["FS_KLEIN_TEXT", "STRING"]
     assert info["FillScopeLoadKleinTransformer"]["input"]["optional"]["storage"][1]["options"] == ["as loaded", "fp8_e4m3fn"]

@@ -77,10 +77,13 @@ def load_stack(source, *, tokenizer_folders, dtype="bf16", device="auto", seed=0
 
 def encode_prompt(clip_l: Component, t5: Component, prompt: str, *, max_length: int = T5_MAX_LENGTH,
                   observe=None) -> FluxTextCondition:
-    """Step 1. CLIP-L's pooled output (no projection: FLUX never uses it) and T5's last hidden state."""
+    """Step 1. CLIP-L's pooled output (no projection: FLUX never uses it) and T5's last hidden state. Several
+    prompts (text.split_prompts: separated by lines ---) are encoded one by one and stacked along the batch
+    [n,...]: prompt k for image k of the batch (crop k of Crop For Inpaint with regions)."""
     observe = observer_or_noop(observe)
-    clip = text_ops.encode_clip(clip_l, prompt, project=False)
-    t5_out = text_ops.encode_t5(t5, prompt, max_length)
+    prompts = text_ops.split_prompts(prompt)
+    clip = text_ops.concat_batch([text_ops.encode_clip(clip_l, p, project=False) for p in prompts])
+    t5_out = text_ops.concat_batch([text_ops.encode_t5(t5, p, max_length) for p in prompts])
     observe("clip_l.input_ids", clip.input_ids)  # [B,77]
     observe("t5.input_ids", t5_out.input_ids)  # [B,512]
     observe("clip_l.pooled", clip.pooled)  # [B,768]
@@ -209,7 +212,8 @@ def sample_flux_fill(
     lh, lw = cond.latent_height, cond.latent_width
     n_tokens = cond.tokens
     if text.t5_hidden.shape[0] not in (1, b):
-        raise FillScopeInputError("text", f"batch {text.t5_hidden.shape[0]} for {b} images.", "encode one prompt.")
+        raise FillScopeInputError("text", f"batch {text.t5_hidden.shape[0]} for {b} images.",
+                                  "give one prompt, or one per region/image separated by lines ---.")
 
     soft = soft_mask_latent(cond, soft_mask) if soft_mask is not None else None  # [B,1,h,w], checked before the skip
     if cond.is_empty:

@@ -95,7 +95,7 @@ def load_stack(source, *, tokenizer_folders, dtype="bf16", device="auto", seed=0
 
 @dataclass
 class KleinText:
-    """What the klein transformer reads from one prompt."""
+    """What the klein transformer reads from a prompt (batch 1), or from one prompt per region or image (batch N)."""
 
     embeds: object  # [B,512,3*hidden] encoder_hidden_states
     encoded: text_ops.Qwen3Output
@@ -112,9 +112,12 @@ class KleinText:
 
 
 def encode_prompt(qwen3: Component, prompt: str, *, max_length: int = QWEN3_MAX_LENGTH, observe=None) -> KleinText:
-    """Step 1. Qwen3 on the chat-templated prompt; hidden states 9, 18, 27 stacked per token."""
+    """Step 1. Qwen3 on the chat-templated prompt; hidden states 9, 18, 27 stacked per token. Several prompts
+    (text.split_prompts: separated by lines ---) are encoded one by one and stacked along the batch [n,...]: prompt
+    k for image k of the batch (crop k of Crop For Inpaint with regions)."""
     observe = observer_or_noop(observe)
-    out = text_ops.encode_qwen3(qwen3, prompt, max_length)
+    out = text_ops.concat_batch([text_ops.encode_qwen3(qwen3, p, max_length)
+                                 for p in text_ops.split_prompts(prompt)])
     observe("qwen3.input_ids", out.input_ids)  # [B,512]
     observe("qwen3.attention_mask", out.attention_mask)  # [B,512]
     observe("prompt_embeds", out.embeds)  # [B,512,7680]
@@ -388,8 +391,10 @@ def sample_klein(
     device, dtype = transformer.device, model.dtype
     b = cond.references.shape[0]
     h, w, n_tokens = cond.latent_height, cond.latent_width, cond.tokens
-    if text.embeds.shape[0] not in (1, b):
-        raise FillScopeInputError("text", f"batch {text.embeds.shape[0]} for {b} images.", "encode one prompt.")
+    for name, t in (("text", text), ("negative", negative)):
+        if t is not None and t.embeds.shape[0] not in (1, b):
+            raise FillScopeInputError(name, f"batch {t.embeds.shape[0]} for {b} images.",
+                                      "give one prompt, or one per region/image separated by lines ---.")
     soft = soft_mask_latent(cond, soft_mask) if soft_mask is not None else None  # [B,1,h,w], checked before the skip
     if cond.is_empty:
         return SampledLatent(cond.source, cond.prepared, "flux2", unchanged=True, info={"skipped": "empty mask"})

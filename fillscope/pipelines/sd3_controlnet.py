@@ -90,10 +90,14 @@ def load_stack(source, *, tokenizer_folders, controlnet=None, variant=None, dtyp
 
 def encode_prompt(clip_l: Component, clip_g: Component, t5: Component, prompt: str, *,
                   max_length: int = T5_MAX_LENGTH, observe=None) -> SD3TextCondition:
-    """Step 1, for one prompt."""
+    """Step 1, for one prompt box. Several prompts (text.split_prompts: separated by lines ---) are encoded one by
+    one and stacked along the batch [n,...]: prompt k for image k of the batch (crop k of Crop For Inpaint with
+    regions)."""
     observe = observer_or_noop(observe)
-    cl, cg = text_ops.encode_clip(clip_l, prompt), text_ops.encode_clip(clip_g, prompt)
-    t5_out = text_ops.encode_t5(t5, prompt, max_length)
+    prompts = text_ops.split_prompts(prompt)
+    cl = text_ops.concat_batch([text_ops.encode_clip(clip_l, p) for p in prompts])
+    cg = text_ops.concat_batch([text_ops.encode_clip(clip_g, p) for p in prompts])
+    t5_out = text_ops.concat_batch([text_ops.encode_t5(t5, p, max_length) for p in prompts])
     for name, tensor in (("clip_l.penultimate", cl.penultimate),  # [B,77,768]
                          ("clip_l.text_embeds", cl.text_embeds),  # [B,768]
                          ("clip_g.penultimate", cg.penultimate),  # [B,77,1280]
@@ -297,7 +301,8 @@ def sample_sd3_controlnet_inpaint(
     b = cond.control.shape[0]
     for name, text in (("positive", positive), ("negative", negative if use_cfg else None)):
         if text is not None and text.context.shape[0] not in (1, b):
-            raise FillScopeInputError(name, f"batch {text.context.shape[0]} for {b} images.", "encode one prompt.")
+            raise FillScopeInputError(name, f"batch {text.context.shape[0]} for {b} images.",
+                                      "give one prompt, or one per region/image separated by lines ---.")
     lh, lw = cond.control.shape[-2:]
     soft = soft_mask_latent(cond, soft_mask) if soft_mask is not None else None  # [B,1,h,w], checked before the skip
     if cond.is_empty:
