@@ -2,7 +2,9 @@
 after the demo workflow ran and writes the FLUX shape table (text + JSON) measured in that run;
 `python -m fillscope.cli trace MODEL --weights meta --clip-tokenizer DIR --t5-tokenizer DIR` traces one denoiser
 step (weights without tokenizers, meta and placeholder, need the tokenizer folders: CLIP and T5 for FLUX Fill and
-SD3, `--qwen-tokenizer DIR` for klein-4b / klein-9b)."""
+SD3, `--qwen-tokenizer DIR` for klein-4b / klein-9b); `python -m fillscope batch MANIFEST.jsonl --out DIR` runs a
+JSON-lines manifest of inpainting jobs in this process (fillscope/batch: DIR/<id>.png, DIR/<id>.shapes.json,
+DIR/batch.jsonl; exit 0 all ok, 1 some failed, 2 a manifest error)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,8 @@ import sys
 import urllib.request
 from pathlib import Path
 
+from .batch.manifest import read_manifest
+from .batch.runner import ModelCache, format_summary, run_batch
 from .errors import FillScopeInputError
 from .pipelines import PIPELINES
 from .trace.report import write_report
@@ -86,6 +90,17 @@ def main(argv=None) -> int:
                     help="klein: a folder with Qwen's vocab.json and merges.txt (ComfyUI ships one, "
                          "qwen25_tokenizer), for weights that bring no tokenizer")
     tr.add_argument("--out", type=Path, default=Path("out"))
+    bt = sub.add_parser("batch", help="run a JSON-lines manifest of inpainting jobs in this process")
+    bt.add_argument("manifest", type=Path, help="one job a line (README: Batches)")
+    bt.add_argument("--out", type=Path, required=True, metavar="DIR",
+                    help="DIR/<id>.png, DIR/<id>.shapes.json and DIR/batch.jsonl; a rerun skips finished jobs")
+    bt.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    bt.add_argument("--max-resident", type=int, default=1, metavar="N",
+                    help="model stacks kept loaded between jobs (the least recently used is dropped first)")
+    bt.add_argument("--keep-going", action="store_true",
+                    help="run a manifest whose lines have problems of their own (unknown option, family, a missing "
+                         "key): those jobs fail alone instead of stopping the batch")
+    bt.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = ap.parse_args(argv)
     if args.command == "demo-summary":
         return demo_summary(args.port, args.out, args.host)
@@ -99,7 +114,24 @@ def main(argv=None) -> int:
                           else "--clip-tokenizer DIR and --t5-tokenizer DIR")
                 print(f"the weights bring no tokenizers: pass {wanted}", file=sys.stderr)
             return 2
+    if args.command == "batch":
+        return batch(args)
     return 2
+
+
+def batch(args) -> int:
+    """0: every job ok (or finished before); 1: some failed (batch.jsonl has their errors); 2: the manifest or the
+    options are wrong and nothing ran."""
+    try:
+        jobs = read_manifest(args.manifest, strict=not args.keep_going)
+        cache = ModelCache(args.max_resident, args.device)
+        args.out.mkdir(parents=True, exist_ok=True)
+    except (FillScopeInputError, OSError) as e:
+        print(e, file=sys.stderr)
+        return 2
+    summary = run_batch(jobs, args.out, progress=not args.no_progress, cache=cache)
+    print(format_summary(summary))
+    return 0 if summary["error"] == 0 else 1
 
 
 def trace(args) -> int:

@@ -31,6 +31,7 @@ from ..decode import SampledLatent, decode_to_image
 from ..errors import FillScopeInputError
 from ..masks import PreparedInput
 from ..observe import observer_or_noop, stage
+from ..parallel.context import check_parallel, context_parallel, rank_shapes
 from ..sampling import (
     blend_with_source,
     check_finite_settings,
@@ -183,6 +184,7 @@ def sample_flux_fill(
     noise=None,
     observe=None,
     soft_mask=None,
+    parallel: int = 1,
 ) -> SampledLatent:
     """Step 3. Flow-matching Euler over FLUX Fill. `callback(step, total)` runs after every step (ComfyUI's progress
     bar raises from it on interrupt). `noise` overrides the seeded initial noise [B,16,h,w].
@@ -191,7 +193,11 @@ def sample_flux_fill(
     diffusion (sampling.py has the formula). The mask goes to the latent grid [B,1,H/8,W/8] (an area average per
     8x8 px); the blend runs per latent position in the packed token layout: the mask is expanded over the 16
     channels and packed like the latents, so each of a token's 64 values follows its own latent position, which is
-    the same as blending the unpacked [B,16,h,w] latents. The model still gets the condition's (hard) mask."""
+    the same as blending the unpacked [B,16,h,w] latents. The model still gets the condition's (hard) mask.
+
+    `parallel` > 1: this call is one of `parallel` ranks of a process group, each called with the same inputs;
+    the transformer runs with Ulysses context parallelism (fillscope.parallel.context) and every rank returns the
+    same latents. 1 (the default): one process, as always."""
     import torch
 
     observe = observer_or_noop(observe)
@@ -214,6 +220,8 @@ def sample_flux_fill(
     if text.t5_hidden.shape[0] not in (1, b):
         raise FillScopeInputError("text", f"batch {text.t5_hidden.shape[0]} for {b} images.",
                                   "give one prompt, or one per region/image separated by lines ---.")
+    if parallel != 1:
+        check_parallel(parallel, cfg, n_tokens, text.t5_hidden.shape[1])
 
     soft = soft_mask_latent(cond, soft_mask) if soft_mask is not None else None  # [B,1,h,w], checked before the skip
     if cond.is_empty:
@@ -248,7 +256,7 @@ def sample_flux_fill(
     observe("txt_ids", txt_ids)
     observe("img_ids", img_ids)
     on_device = sigmas.to(device)  # once: no host<->device copy per step
-    with torch.inference_mode():
+    with torch.inference_mode(), context_parallel(model, parallel):  # parallel 1: the model as it is
         for i in range(run_steps):
             t = on_device[i] * 1000.0
             timestep = t.expand(b).to(dtype)
@@ -284,6 +292,8 @@ def sample_flux_fill(
             "tokens": n_tokens, **shift_range_facts(n_tokens, sched)}
     if soft is not None:
         info["differential_diffusion"] = soft_facts
+    if parallel != 1:
+        info["context_parallel"] = rank_shapes(cfg, parallel, n_tokens, hidden_text.shape[1], b)
     return SampledLatent(out, cond.prepared, "flux", info=info)
 
 

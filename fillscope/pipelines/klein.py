@@ -38,6 +38,7 @@ from ..decode import SampledLatent, decode_to_image
 from ..errors import FillScopeInputError
 from ..masks import PreparedInput
 from ..observe import observer_or_noop, stage
+from ..parallel.context import check_parallel, context_parallel, rank_shapes
 from ..sampling import (
     blend_with_source,
     check_finite_settings,
@@ -354,6 +355,7 @@ def sample_klein(
     noise=None,
     observe=None,
     soft_mask=None,
+    parallel: int = 1,
 ) -> SampledLatent:
     """Step 3. Flow-matching Euler. Distilled models: one transformer call a step, guidance ignored. Base models
     with guidance > 1: classifier-free guidance against `negative` (the encoded "" unless given). `strength` < 1
@@ -363,7 +365,10 @@ def sample_klein(
     `soft_mask` (ComfyUI MASK, 1 = repaint; inpaint only): differential diffusion (sampling.py has the formula) on
     the token grid [B,1,H/16,W/16]: each step's re-blend keeps the tokens below the schedule's position (the source
     noised to the next sigma) instead of the condition's token mask; sigma_min for the schedule position is
-    ComfyUI's ModelSamplingFlux one at this run's mu."""
+    ComfyUI's ModelSamplingFlux one at this run's mu.
+
+    `parallel` > 1: one of `parallel` ranks of a process group called with the same inputs, the transformer under
+    Ulysses context parallelism (fillscope.parallel); every rank returns the same latents. 1: one process."""
     import torch
 
     observe = observer_or_noop(observe)
@@ -395,6 +400,9 @@ def sample_klein(
         if t is not None and t.embeds.shape[0] not in (1, b):
             raise FillScopeInputError(name, f"batch {t.embeds.shape[0]} for {b} images.",
                                       "give one prompt, or one per region/image separated by lines ---.")
+    if parallel != 1:  # every text the transformer reads is split with the noisy and reference tokens
+        for t in (text, negative) if use_cfg else (text,):
+            check_parallel(parallel, cfg, n_tokens + cond.references.shape[1], t.embeds.shape[1])
     soft = soft_mask_latent(cond, soft_mask) if soft_mask is not None else None  # [B,1,h,w], checked before the skip
     if cond.is_empty:
         return SampledLatent(cond.source, cond.prepared, "flux2", unchanged=True, info={"skipped": "empty mask"})
@@ -432,7 +440,7 @@ def sample_klein(
     observe("noisy_latents.packed", x)
     observe("img_ids", img_ids)
     observe("txt_ids", txt_ids)
-    with torch.inference_mode():
+    with torch.inference_mode(), context_parallel(model, parallel):  # parallel 1: the model as it is
         for i in range(run_steps):
             timestep = (on_device[i] * 1000.0).expand(b).to(x.dtype) / 1000
             model_input = torch.cat([x, references], dim=1).to(dtype)  # [B,N+Nref,128]
@@ -469,6 +477,8 @@ def sample_klein(
             "transformer_calls": run_steps * (2 if use_cfg else 1)}
     if soft is not None:
         info["differential_diffusion"] = soft_facts
+    if parallel != 1:
+        info["context_parallel"] = rank_shapes(cfg, parallel, n_tokens + references.shape[1], prompt.shape[1], b)
     return SampledLatent(out_latents, cond.prepared, "flux2", info=info)
 
 

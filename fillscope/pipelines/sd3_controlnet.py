@@ -35,6 +35,7 @@ from ..decode import SampledLatent, decode_to_image
 from ..errors import FillScopeInputError
 from ..masks import PreparedInput
 from ..observe import observer_or_noop, stage
+from ..parallel.cfg import check_cfg_parallel, gather_guidance_pair, rank_pass
 from ..sampling import (
     blend_with_source,
     check_finite_settings,
@@ -266,6 +267,7 @@ def sample_sd3_controlnet_inpaint(
     noise=None,
     observe=None,
     soft_mask=None,
+    parallel: int = 1,
 ) -> SampledLatent:
     """Step 3. Flow-matching Euler with classifier-free guidance (negative first in the batch, as diffusers).
     `callback(step, total)` runs after every step; `noise` overrides the seeded initial noise [B,16,h,w].
@@ -273,7 +275,11 @@ def sample_sd3_controlnet_inpaint(
     `soft_mask` (ComfyUI MASK, 1 = repaint; None = the ControlNet's condition alone): differential diffusion
     (sampling.py has the formula), blended per latent position on [B,16,H/8,W/8] with the mask averaged over each
     8x8 px cell; sigma_min for the schedule position is ComfyUI's SD3 one at this `shift`. The ControlNet still gets
-    the condition's (hard) mask."""
+    the condition's (hard) mask.
+
+    `parallel` = 2: this call is one of the 2 ranks of a process group, each called with the same inputs; under CFG
+    rank 0 runs the positive pass and rank 1 the negative one (ControlNet and MMDiT, [B] each), the velocities are
+    all-gathered and guided as here (fillscope.parallel.cfg); both ranks return the same latents. 1: one process."""
     import torch
 
     observe = observer_or_noop(observe)
@@ -286,6 +292,8 @@ def sample_sd3_controlnet_inpaint(
     if residual_mapping not in RESIDUAL_MAPPINGS:
         raise FillScopeInputError("residual_mapping", f"unknown {residual_mapping!r}.", f"use one of {', '.join(RESIDUAL_MAPPINGS)}.")
     check_steps_and_denoise(steps, denoise)
+    if parallel != 1:
+        check_cfg_parallel(parallel)
     if not 0.0 <= control_start < control_end <= 1.0:
         raise FillScopeInputError("control_start", f"start {control_start} / end {control_end} leave no step.", "use 0 <= start < end <= 1.")
     model, cnet = transformer.model, controlnet.model
@@ -325,7 +333,9 @@ def sample_sd3_controlnet_inpaint(
 
     # the denoiser passes of a step: (context, pooled, control, the ControlNet's pooled) each
     passes = []
-    for group in text_batches([negative, positive] if use_cfg else [positive]):
+    own = rank_pass(parallel, use_cfg)  # CFG parallel: "positive" on rank 0, "negative" on rank 1; else None
+    texts = [negative, positive] if use_cfg else [positive]
+    for group in text_batches(texts if own is None else [positive if own == "positive" else negative]):
         context = torch.cat([batch(t.context, b) for t in group])  # [2B,333,4096] under CFG
         pooled = torch.cat([batch(t.pooled, b) for t in group])  # [2B,2048]
         control = torch.cat([cond.control] * len(group)).to(device=device, dtype=dtype)  # [2B,17,h,w]
@@ -371,6 +381,8 @@ def sample_sd3_controlnet_inpaint(
                 velocity, residuals = predict(x_in, t, scale, context, pooled, control, cnet_pooled)
                 outputs.append((x_in, velocity, residuals if i == 0 else bool(residuals)))
             velocity = outputs[0][1] if len(outputs) == 1 else torch.cat([o[1] for o in outputs])  # negative first
+            if own is not None:
+                velocity = gather_guidance_pair(velocity)  # [2B]: both ranks' passes, negative first
             controlnet_steps += bool(outputs[-1][2])
             if i == 0:
                 x_in, _, residuals = outputs[-1]
@@ -403,6 +415,9 @@ def sample_sd3_controlnet_inpaint(
             "residual_mapping": residual_mapping}
     if soft is not None:
         info["differential_diffusion"] = soft_facts
+    if parallel != 1:
+        info["cfg_parallel"] = (f"{own} pass on this rank of 2" if own else "CFG off: each of the 2 ranks runs the "
+                                "one pass")
     if len(passes) > 1:
         info["cfg_passes"] = (f"2 (negative {negative.context.shape[1]} and positive {positive.context.shape[1]} "
                               "context tokens: one pass each)")

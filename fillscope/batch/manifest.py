@@ -1,0 +1,377 @@
+"""The batch manifest: one JSON object a line, one job each.
+
+    {"id": "kitchen-01", "family": "flux-fill", "models": "models/FLUX.1-Fill-dev", "image": "in/kitchen.png",
+     "mask": "in/kitchen_mask.png", "prompt": "a red brick fireplace", "seed": 42, "steps": 28, "dtype": "bf16",
+     "guidance": 30, "grow": 8}
+
+Required: id, family (FAMILIES), models, image, mask, prompt, seed, steps, dtype. Optional: negative (the families
+that take one), tokenizers ({"clip", "t5"} or {"qwen"}: folders for weights that bring none), and any sampler or
+mask option by its node input name (`valid_options`: the keyword names of the family's `run` and the mask options
+of masks.prepare_image_and_mask). `models`: a diffusers folder, a single file, "placeholder" or "meta" for every
+component, or an object naming each component's source (keys: the pipeline's COMPONENTS; "default" for the
+components not named). `mask`: a greyscale PNG (white = repaint) or "alpha" (1 - the image's alpha). Relative
+paths are read from the manifest's folder.
+
+`read_manifest` checks every line before anything runs. Problems of the manifest itself (a line that is not a JSON
+object, an id missing, unsafe as a file name or used twice) always stop it; problems of one job (unknown family,
+missing keys, wrong types, unknown options) stop it too unless strict=False, when that job alone fails without
+running. `job_key` is what a rerun compares: the job's line and the fingerprint of the files it names.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import inspect
+import json
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import FillScopeInputError
+from ..masks import prepare_image_and_mask
+from ..pipelines import PIPELINES
+
+SCHEMA = "fillscope.batch/1"
+FAMILIES = {"flux-fill": "flux-fill", "sd3-controlnet": "sd3-controlnet-inpaint", "klein-4b": "klein-4b",
+            "klein-9b": "klein-9b"}  # the manifest's family -> its name in pipelines.PIPELINES
+REQUIRED = ("id", "family", "models", "image", "mask", "prompt", "seed", "steps", "dtype")
+DTYPES = ("bf16", "fp16", "fp32")
+TOKENIZERS = {"flux-fill": ("clip", "t5"), "sd3-controlnet": ("clip", "t5"), "klein-4b": ("qwen",),
+              "klein-9b": ("qwen",)}
+WEIGHT_NAMES = ("meta", "placeholder")  # sources that are no path
+# run()'s keywords that are no job option: hooks, and a process group's rank count (how a run is spread, not what
+# it computes; an in-process batch has no group)
+RUN_HOOKS = ("callback", "noise", "observe", "timings", "place", "parallel")
+TOP_LEVEL = {"steps": "steps", "seed": "seed", "negative_prompt": "negative"}  # run() keyword -> the job's key
+FILE_OPTIONS = ("soft_mask", "reference")  # options whose value is an image file ("alpha" also for soft_mask)
+MASK_NAMES = {"invert": "invert_mask"}  # prepare_image_and_mask's keyword -> the node input's name
+SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+MAX_SHOWN = 20  # problems listed in one ManifestError
+MAX_FINGERPRINT_FILES = 20000
+
+
+@dataclass
+class Job:
+    """One manifest line, checked and with its paths resolved. `line` is the object as written (what `job_key`
+    hashes); `error`, set only by read_manifest(strict=False), is why the job fails without running."""
+
+    id: str
+    family: str
+    models: dict = field(default_factory=dict)  # component -> source: a path, "meta" or "placeholder"
+    image: str = ""
+    mask: str = ""  # a path, or "alpha"
+    prompt: str = ""
+    seed: int = 0
+    steps: int = 1
+    dtype: str = "bf16"
+    negative: str | None = None
+    tokenizers: dict = field(default_factory=dict)  # "clip" / "t5" / "qwen" -> folder
+    options: dict = field(default_factory=dict)  # node input name -> value (file options resolved)
+    line: dict = field(default_factory=dict)
+    line_number: int = 0
+    error: str | None = None
+
+    @property
+    def pipeline(self):
+        return PIPELINES[FAMILIES[self.family]]
+
+
+class ManifestError(FillScopeInputError):
+    """Every problem found in a manifest, each a FillScopeInputError naming its line, job and field."""
+
+    def __init__(self, path, problems: list[FillScopeInputError]):
+        self.problems = problems
+        shown = "\n".join(f"  {p.input_name}: {p.problem} Fix: {p.fix}" for p in problems[:MAX_SHOWN])
+        more = f"\n  ... and {len(problems) - MAX_SHOWN} more" if len(problems) > MAX_SHOWN else ""
+        super().__init__(str(path), f"{len(problems)} problem(s) in the manifest; nothing has run:\n{shown}{more}\n",
+                         "correct those lines and run the batch again.")
+
+
+def problem(line: int, job_id, name: str, text: str, fix: str) -> FillScopeInputError:
+    where = f"line {line}" + (f', job "{job_id}"' if isinstance(job_id, str) else "")
+    return FillScopeInputError(f'{where}, field "{name}"', text, fix)
+
+
+# --- the options a family takes -------------------------------------------------------------------------------------
+
+@functools.cache
+def mask_options() -> dict[str, tuple[str, object]]:
+    """Node input name -> (prepare_image_and_mask's keyword, its default)."""
+    params = inspect.signature(prepare_image_and_mask).parameters.values()
+    return {MASK_NAMES.get(p.name, p.name): (p.name, p.default) for p in params
+            if p.kind is p.KEYWORD_ONLY and p.name != "multiple"}
+
+
+@functools.cache
+def sampler_options(family: str) -> dict[str, object]:
+    """The family's `run` keywords a job may set (by the node inputs' names, which are the same), with defaults."""
+    params = inspect.signature(PIPELINES[FAMILIES[family]].run).parameters.values()
+    return {p.name: p.default for p in params
+            if p.kind is p.KEYWORD_ONLY and p.name not in RUN_HOOKS and p.name not in TOP_LEVEL}
+
+
+def valid_options(family: str) -> dict[str, object]:
+    """Every option name a job of `family` may set -> its default."""
+    return {**sampler_options(family), **{name: default for name, (_, default) in mask_options().items()}}
+
+
+def _type_problem(name: str, value, default) -> str | None:
+    """Why `value` cannot stand where `default` does (None when it can): the type of the default decides."""
+    if name in FILE_OPTIONS:
+        return None if isinstance(value, str) and value else "must be an image path"
+    if isinstance(default, bool):
+        return None if isinstance(value, bool) else "must be true or false"
+    if isinstance(default, int):
+        return None if isinstance(value, int) and not isinstance(value, bool) else "must be a whole number"
+    if isinstance(default, float) or default is None:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) or (default is None and value is None)
+        return None if ok else "must be a number"
+    if isinstance(default, str):
+        return None if isinstance(value, str) else "must be a string"
+    return None
+
+
+# --- one line -------------------------------------------------------------------------------------------------------
+
+def resolve_path(value: str, base: Path) -> str:
+    path = Path(value).expanduser()
+    return str(path if path.is_absolute() else base / path)
+
+
+def _models(family: str, value, base: Path, add) -> dict:
+    components = PIPELINES[FAMILIES[family]].COMPONENTS
+    fix = (f'give one source (a diffusers folder, a .safetensors file, "placeholder" or "meta") or an object with '
+           f'a source for each of {", ".join(components)} ("default" for those not named).')
+    if isinstance(value, str) and value:
+        named = dict.fromkeys(components, value)
+    elif isinstance(value, dict):
+        unknown = sorted(set(value) - set(components) - {"default"})
+        if unknown:
+            add("models", f"names {', '.join(unknown)}, which {family} has not; its components: "
+                          f"{', '.join(components)} (and default).", fix)
+        missing = [c for c in components if c not in value and "default" not in value]
+        if missing:
+            add("models", f"names no source for {', '.join(missing)}.", fix)
+        named = {c: value.get(c, value.get("default")) for c in components}
+    else:
+        add("models", f"is {json.dumps(value)}.", fix)
+        return {}
+    bad = [c for c, s in named.items() if s is not None and not (isinstance(s, str) and s)]
+    if bad:
+        add("models", f"the source of {', '.join(bad)} is not a path.", fix)
+        return {}
+    return {c: (s if s in WEIGHT_NAMES else resolve_path(s, base)) for c, s in named.items() if s is not None}
+
+
+def _tokenizers(family: str, value, base: Path, add) -> dict:
+    keys = TOKENIZERS[family]
+    fix = f"give an object with the tokenizer folders {family} reads: {', '.join(keys)}."
+    if not isinstance(value, dict):
+        add("tokenizers", f"is {json.dumps(value)}, not an object.", fix)
+        return {}
+    unknown = sorted(set(value) - set(keys))
+    if unknown:
+        add("tokenizers", f"names {', '.join(unknown)}; {family} reads {', '.join(keys)}.", fix)
+    if any(not (isinstance(v, str) and v) for v in value.values()):
+        add("tokenizers", "holds a value that is not a folder path.", fix)
+        return {}
+    return {k: resolve_path(v, base) for k, v in value.items() if k in keys}
+
+
+def job_from_line(obj: dict, line: int = 0, base: Path | str = ".") -> tuple[Job, list[FillScopeInputError]]:
+    """A Job from one parsed line, and the problems of that job (empty when it can run). The id is assumed
+    checked (read_manifest does it)."""
+    base = Path(base)
+    job_id = obj.get("id")
+    problems: list[FillScopeInputError] = []
+
+    def add(name, text, fix):
+        problems.append(problem(line, job_id, name, text, fix))
+
+    family = obj.get("family")
+    if family not in FAMILIES:
+        add("family", f"{json.dumps(family)} is no family FillScope runs.", f"use one of {', '.join(FAMILIES)}.")
+        family = None
+    missing = [k for k in REQUIRED if k not in obj]
+    if missing:
+        add(missing[0], f"is missing (required: {', '.join(missing)}).", f"every job names {', '.join(REQUIRED)}.")
+    checks = (("prompt", str, "a string"), ("negative", str, "a string"), ("image", str, "a path"),
+              ("mask", str, 'a path or "alpha"'))
+    for name, kind, what in checks:
+        if name in obj and not isinstance(obj[name], kind):
+            add(name, f"is {json.dumps(obj[name])}, not {what}.", f"give {what}.")
+    for name, low in (("seed", 0), ("steps", 1)):
+        value = obj.get(name, low)
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            add(name, f"is {json.dumps(value)}.", f"give a whole number of {low} or more.")
+    if obj.get("dtype", DTYPES[0]) not in DTYPES:
+        add("dtype", f"is {json.dumps(obj['dtype'])}.", f"use one of {', '.join(DTYPES)}.")
+    for name in ("image", "mask"):
+        if obj.get(name) == "":
+            add(name, "is empty.", "give a path.")
+    job = Job(id=job_id, family=family or str(obj.get("family")), line=obj, line_number=line,
+              prompt=obj.get("prompt", ""), seed=obj.get("seed", 0), steps=obj.get("steps", 1),
+              dtype=obj.get("dtype", "bf16"), negative=obj.get("negative"))
+    if isinstance(obj.get("image"), str) and obj["image"]:
+        job.image = resolve_path(obj["image"], base)
+    if isinstance(obj.get("mask"), str) and obj["mask"]:
+        job.mask = "alpha" if obj["mask"] == "alpha" else resolve_path(obj["mask"], base)
+    if family is None:
+        return job, problems
+    pipeline = PIPELINES[FAMILIES[family]]
+    if "negative" in obj and not pipeline.TAKES_NEGATIVE_PROMPT:
+        add("negative", f"{family} takes no negative prompt (it runs without classifier-free guidance).",
+            "remove negative from this job.")
+    if "models" in obj:
+        job.models = _models(family, obj["models"], base, add)
+    if "tokenizers" in obj:
+        job.tokenizers = _tokenizers(family, obj["tokenizers"], base, add)
+    options = valid_options(family)
+    for name in sorted(set(obj) - set(REQUIRED) - {"negative", "tokenizers"}):
+        if name not in options:
+            add(name, f"is no option of {family}.", f"use one of: {', '.join(sorted(options))}.")
+            continue
+        value = obj[name]
+        why = _type_problem(name, value, options[name])
+        if why:
+            add(name, f"is {json.dumps(value)}; it {why}.",
+                f"give a value like its default, {json.dumps(options[name])}.")
+            continue
+        if name in FILE_OPTIONS and not (name == "soft_mask" and value == "alpha"):
+            value = resolve_path(value, base)
+        elif isinstance(options[name], float) and isinstance(value, int):
+            value = float(value)  # 30 where the default is 30.0: the node would pass a float
+        job.options[name] = value
+    return job, problems
+
+
+# --- the whole manifest ---------------------------------------------------------------------------------------------
+
+def _id_problem(obj: dict, line: int, seen: dict) -> FillScopeInputError | None:
+    job_id = obj.get("id")
+    fix = "give every job an id of letters, digits, '.', '_' or '-' (at most 128, starting with a letter or digit)."
+    if not isinstance(job_id, str):
+        text = "is missing." if "id" not in obj else f"is {json.dumps(job_id)}, not a string."
+        return problem(line, None, "id", text, fix)
+    if not SAFE_ID.fullmatch(job_id):
+        return problem(line, None, "id", f"{json.dumps(job_id)} is not safe as a file name (DIR/<id>.png).", fix)
+    folded = job_id.casefold()  # ids that differ only in case name one file on case-insensitive file systems
+    if folded in seen:
+        first_line, first = seen[folded]
+        same = "the id" if first == job_id else f'"{first}" (the same file name on some systems)'
+        return problem(line, job_id, "id", f"is used twice: line {first_line} has {same}.", "give each job its own id.")
+    seen[folded] = (line, job_id)
+    return None
+
+
+def read_manifest(path, *, strict: bool = True) -> list[Job]:
+    """Every job of a JSON-lines manifest, checked before anything runs (blank lines and lines starting with #
+    are skipped). Raises ManifestError listing every problem; with strict=False a job's own problems are set on
+    it (Job.error: it fails alone) and only the manifest's (JSON, ids) raise."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise FillScopeInputError("manifest", f"'{path}' could not be read ({getattr(e, 'strerror', None) or e}).",
+                                  "give the path of a JSON-lines file, one job per line.") from None
+    base = path.resolve().parent
+    jobs, fatal, seen = [], [], {}
+    for n, raw in enumerate(text.splitlines(), 1):
+        if not raw.strip() or raw.lstrip().startswith("#"):
+            continue
+        try:
+            obj = json.loads(raw)
+        except json.JSONDecodeError as e:
+            fatal.append(problem(n, None, "JSON", f"is not valid JSON ({e.msg} at column {e.colno}).",
+                                 "write one JSON object per line."))
+            continue
+        if not isinstance(obj, dict):
+            fatal.append(problem(n, None, "JSON", f"holds a JSON {type(obj).__name__}, not an object.",
+                                 "write one JSON object per line."))
+            continue
+        bad_id = _id_problem(obj, n, seen)
+        if bad_id:
+            fatal.append(bad_id)
+            continue
+        job, problems = job_from_line(obj, n, base)
+        if problems and strict:
+            fatal.extend(problems)
+        elif problems:
+            job.error = "; ".join(str(p) for p in problems)
+        jobs.append(job)
+    if not jobs and not fatal:
+        fatal.append(problem(0, None, "jobs", "the manifest holds no job.", "write one JSON object per line."))
+    if fatal:
+        raise ManifestError(path, fatal)
+    return jobs
+
+
+# --- keys -------------------------------------------------------------------------------------------------------------
+
+def path_fingerprint(source: str):
+    """A file's [size, mtime_ns]; a folder's [[relative path, size, mtime_ns], ...] (links followed, at most
+    MAX_FINGERPRINT_FILES); "meta" / "placeholder" as they are; "missing" for what cannot be read."""
+    if source in WEIGHT_NAMES or source == "alpha":
+        return source
+    path = Path(source)
+    try:
+        if path.is_file():
+            st = path.stat()
+            return [st.st_size, st.st_mtime_ns]
+        if path.is_dir():
+            files, entries = [], 0
+            for root, dirs, names in os.walk(path, followlinks=True):
+                dirs.sort()
+                entries += 1 + len(names)  # folders count too: a link cycle ends here
+                for name in sorted(names):
+                    st = os.stat(os.path.join(root, name))
+                    files.append([os.path.relpath(os.path.join(root, name), path).replace(os.sep, "/"),
+                                  st.st_size, st.st_mtime_ns])
+                if entries >= MAX_FINGERPRINT_FILES:
+                    return files[:MAX_FINGERPRINT_FILES] + ["partial"]
+            return files
+    except OSError:
+        pass
+    return "missing"
+
+
+def job_fingerprint(job: Job, memo: dict | None = None) -> dict:
+    """What the job's files are now: the weights (models, tokenizers) and the inputs (image, mask, soft mask,
+    reference), each by path_fingerprint. `memo` (a dict) reuses a folder's walk across the jobs of one batch."""
+    memo = {} if memo is None else memo
+
+    def fp(source):
+        if source not in memo:
+            memo[source] = path_fingerprint(source)
+        return memo[source]
+
+    inputs = {"image": job.image, "mask": job.mask,
+              **{k: v for k, v in job.options.items() if k in FILE_OPTIONS}}
+    return {"models": {c: fp(s) for c, s in sorted(job.models.items())},
+            "tokenizers": {k: fp(v) for k, v in sorted(job.tokenizers.items())},
+            "inputs": {k: fp(v) for k, v in sorted(inputs.items())}}
+
+
+def canonical_json(obj) -> str:
+    def plain(x):  # NaN / inf (which json.loads accepts) as strings: canonical JSON has none
+        return repr(x) if isinstance(x, float) and not math.isfinite(x) else x
+
+    def walk(x):
+        if isinstance(x, dict):
+            return {k: walk(v) for k, v in x.items()}
+        if isinstance(x, list):
+            return [walk(v) for v in x]
+        return plain(x)
+
+    return json.dumps(walk(obj), sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def job_key(job: Job, fingerprint) -> str:
+    """sha256 of the canonical JSON of the job's line (as written) and the fingerprint of its files: a rerun skips
+    a job whose key finished ok and whose image exists; an edited line, a replaced weight or input file reruns it."""
+    line = job.line or {k: v for k, v in vars(job).items() if k not in ("line", "line_number", "error")}
+    text = canonical_json({"schema": SCHEMA, "job": line, "fingerprint": fingerprint})
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
