@@ -88,6 +88,10 @@ def _rank_main(rank: int, settings: tuple, fn, args):
             partial = folder / (RESULT + ".part")
             torch.save(result, partial)
             partial.replace(folder / RESULT)
+        # every rank's work (diffusers' functional collectives are asynchronous) done before any rank tears the
+        # group down: a rank destroying it while another still waits on it aborted ("terminate called without an
+        # active exception") in a loaded CI run
+        dist.barrier()
     except FillScopeInputError as e:
         torch.save({"input_name": e.input_name, "problem": e.problem, "fix": e.fix},
                    folder / f"input-error-{rank}.pt")
