@@ -59,7 +59,7 @@ class PreparedInput:
     kept_pixels: int = 0  # input pixels (over the batch) returned as the exact source values: paste_mask == 0
 
 
-def require_finite(name: str, t) -> None:
+def require_finite(name: str, t, values: str = "from 0 to 1") -> None:
     """A ComfyUI IMAGE/MASK with a NaN or inf value is the input's fault, said before it can reach a model (a NaN
     mask binarises to an empty one; a NaN image reaches the VAE and would be blamed on its weights). Meta tensors and
     non-tensors pass; one sum decides the common, finite case."""
@@ -73,7 +73,7 @@ def require_finite(name: str, t) -> None:
     if not bool(finite.all()):
         raise FillScopeInputError(
             name, f"holds {int(finite.numel() - finite.sum()):,} NaN/inf values of {t.numel():,}; every value "
-                  "must be a finite number from 0 to 1.",
+                  f"must be a finite number {values}.",
             f"check what computes the {name} (a NaN or infinite value upstream, a division by zero).")
 
 

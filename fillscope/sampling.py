@@ -12,6 +12,7 @@ import math
 from typing import TYPE_CHECKING
 
 from .errors import FillScopeInputError
+from .masks import require_finite
 
 if TYPE_CHECKING:  # annotations only: condition imports vae, which the schedules do not need
     from .condition import ConditionSource
@@ -181,13 +182,7 @@ def soft_mask_to_latent(soft_mask, geometry, batch: int, height: int, width: int
     if m.shape[0] not in (1, batch):
         raise FillScopeInputError(name, f"batch of {m.shape[0]} masks for {batch} images.",
                                   "give one soft mask, or one per image.")
-    if m.device.type != "meta" and m.is_floating_point():
-        finite = torch.isfinite(m)
-        if not bool(finite.all()):
-            raise FillScopeInputError(
-                name, f"holds {int(finite.numel() - finite.sum()):,} NaN/inf values of {m.numel():,}; every value must "
-                      "be a finite number from 0 (keep) to 1 (repaint).",
-                "check what computes the soft mask (a NaN or infinite value upstream, a division by zero).")
+    require_finite(name, m, "from 0 (keep) to 1 (repaint)")
     m = m.float().clamp(0.0, 1.0).unsqueeze(1)  # [b,1,H,W]
     if size == source_size and source_size != grid_size:
         if geometry.mode == "crop":

@@ -84,7 +84,7 @@ def pad_for_outpaint(image, *, left: int = 0, top: int = 0, right: int = 0, bott
     import torch
     import torch.nn.functional as F
 
-    from ..masks import _as_rgb
+    from ..masks import _as_rgb, require_finite
 
     if fill not in FILLS:
         raise FillScopeInputError("fill", f"unknown fill {fill!r}.", f"use one of {', '.join(FILLS)}.")
@@ -98,8 +98,7 @@ def pad_for_outpaint(image, *, left: int = 0, top: int = 0, right: int = 0, bott
                                   "give an RGB colour, e.g. (0.5, 0.5, 0.5) for mid grey.")
     notes: list[str] = []
     rgb = _as_rgb(image, notes)
-    if not bool(torch.isfinite(rgb).all()):
-        raise FillScopeInputError("image", "holds NaN or infinite values.", "check the node that makes the image.")
+    require_finite("image", rgb)
     b, h, w, _ = rgb.shape
     chw = rgb.permute(0, 3, 1, 2)
     pads = (left, right, top, bottom)

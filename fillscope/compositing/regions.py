@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..errors import FillScopeInputError
+from ..masks import require_finite
 
 
 @dataclass
@@ -148,9 +149,7 @@ def split_regions(mask, *, min_area: int = 64, merge_distance: int = 32, notes: 
         if not isinstance(value, int) or value < 0:
             raise FillScopeInputError(name, f"is {value!r}; it must be a whole number of pixels, 0 or more.",
                                       f"set {name} to 0 or more.")
-    if mask.is_floating_point() and not bool(torch.isfinite(mask).all()):
-        raise FillScopeInputError("mask", "holds NaN/inf values; every value must be a finite number from 0 to 1.",
-                                  "check what computes the mask.")
+    require_finite("mask", mask)
     h, w = mask.shape
     present = mask > 0
     rows, cols = present.any(dim=1), present.any(dim=0)
