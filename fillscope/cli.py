@@ -3,7 +3,7 @@ after the demo workflow ran and writes the FLUX shape table (text + JSON) measur
 `python -m fillscope.cli trace MODEL --weights meta --clip-tokenizer DIR --t5-tokenizer DIR` traces one denoiser
 step (weights without tokenizers, meta and placeholder, need the tokenizer folders: CLIP and T5 for FLUX Fill and
 SD3, `--qwen-tokenizer DIR` for klein-4b / klein-9b); `python -m fillscope batch MANIFEST.jsonl --out DIR` runs a
-JSON-lines manifest of inpainting jobs in this process (fillscope/batch: DIR/<id>.png, DIR/<id>.shapes.json,
+JSON-lines manifest of inpainting jobs in this process, or on Ray with --ray local|ADDRESS (fillscope/batch: DIR/<id>.png, DIR/<id>.shapes.json,
 DIR/batch.jsonl; exit 0 all ok, 1 some failed, 2 a manifest error)."""
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ def main(argv=None) -> int:
                     help="klein: a folder with Qwen's vocab.json and merges.txt (ComfyUI ships one, "
                          "qwen25_tokenizer), for weights that bring no tokenizer")
     tr.add_argument("--out", type=Path, default=Path("out"))
-    bt = sub.add_parser("batch", help="run a JSON-lines manifest of inpainting jobs in this process")
+    bt = sub.add_parser("batch", help="run a JSON-lines manifest of inpainting jobs (in this process, or on Ray)")
     bt.add_argument("manifest", type=Path, help="one job a line (README: Batches)")
     bt.add_argument("--out", type=Path, required=True, metavar="DIR",
                     help="DIR/<id>.png, DIR/<id>.shapes.json and DIR/batch.jsonl; a rerun skips finished jobs")
@@ -101,6 +101,11 @@ def main(argv=None) -> int:
                     help="run a manifest whose lines have problems of their own (unknown option, family, a missing "
                          "key): those jobs fail alone instead of stopping the batch")
     bt.add_argument("--no-progress", action="store_true", help="no progress bar")
+    bt.add_argument("--ray", default=None, metavar="local|ADDRESS",
+                    help="run on Ray workers: 'local' starts Ray on this machine; an address (HOST:6379, from "
+                         "`ray start --head`) joins that cluster. Needs `pip install fillscope[cluster]`")
+    bt.add_argument("--workers", type=int, default=1, metavar="N",
+                    help="with --ray: workers on each node without GPUs (nodes with GPUs get one per GPU)")
     args = ap.parse_args(argv)
     if args.command == "demo-summary":
         return demo_summary(args.port, args.out, args.host)
@@ -124,12 +129,23 @@ def batch(args) -> int:
     options are wrong and nothing ran."""
     try:
         jobs = read_manifest(args.manifest, strict=not args.keep_going)
-        cache = ModelCache(args.max_resident, args.device)
+        # on Ray the workers hold the models (a driver without a GPU may run a --device cuda batch)
+        cache = None if args.ray else ModelCache(args.max_resident, args.device)
         args.out.mkdir(parents=True, exist_ok=True)
     except (FillScopeInputError, OSError) as e:
         print(e, file=sys.stderr)
         return 2
-    summary = run_batch(jobs, args.out, progress=not args.no_progress, cache=cache)
+    if args.ray:
+        from .batch.cluster import run_batch_on_ray
+
+        try:
+            summary = run_batch_on_ray(jobs, args.out, address=args.ray, workers=args.workers, device=args.device,
+                                       max_resident=args.max_resident, progress=not args.no_progress)
+        except FillScopeInputError as e:
+            print(e, file=sys.stderr)
+            return 2
+    else:
+        summary = run_batch(jobs, args.out, progress=not args.no_progress, cache=cache)
     print(format_summary(summary))
     return 0 if summary["error"] == 0 else 1
 

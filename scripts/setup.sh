@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # FillScope set-up: idempotent, uses only package registries (PyPI), never GitHub.
 #
-#   1. .venv (python3) with torch 2.14.1 / torchvision 0.29.1, the pack (pip install -e '.[test]'),
+#   1. .venv (python3) with torch 2.14.1 / torchvision 0.29.1, the pack (pip install -e '.[test,cluster]': ray),
 #      comfy-cli 1.23 and playwright (Python package only; no browser download).
 #      Skipped when the stamp .venv/.fillscope-setup-<hash> exists (hash of pyproject.toml,
 #      requirements.txt and this script).
@@ -39,6 +39,8 @@ hash_files() {  # sha256 over the given files (missing files count as empty), fi
 }
 
 export PIP_DISABLE_PIP_VERSION_CHECK=1
+# torch's CUDA build alone is ~5.5 GB in the venv; pip's cache would keep a second copy of every wheel it fetched
+export PIP_NO_CACHE_DIR=1
 # pip, minus the per-package "Location 'file:///...' is ignored" noise of a local index; keeps pip's status
 pip_q() {
   local log rc=0
@@ -61,10 +63,12 @@ STAMP="$VENV/.fillscope-setup-$SETUP_HASH"
 if [ -f "$STAMP" ]; then
   say "python packages: up to date (${STAMP#"$ROOT"/})"
 else
-  say "python packages: installing ($TORCH_PIN, $TORCHVISION_PIN, pack[test], $COMFYCLI_PIN, playwright)"
-  "${PIP[@]}" "$TORCH_PIN" "$TORCHVISION_PIN"
-  "${PIP[@]}" -e ".[test]" "$COMFYCLI_PIN" playwright "$TORCH_PIN" "$TORCHVISION_PIN"
-  "$VPY" -c "import torch, torchvision, diffusers, transformers, comfy_cli" \
+  free_mb="$(df -Pm "$ROOT" | awk 'NR==2 {print $4}')"
+  say "python packages: installing ($TORCH_PIN, $TORCHVISION_PIN, pack[test,cluster], $COMFYCLI_PIN, playwright; ${free_mb:-?} MB free here, ~8000 MB needed)"
+  "${PIP[@]}" "$TORCH_PIN" "$TORCHVISION_PIN" \
+    || die "installing torch failed (${free_mb:-?} MB were free before; torch's build needs ~5.5 GB)"
+  "${PIP[@]}" -e ".[test,cluster]" "$COMFYCLI_PIN" playwright "$TORCH_PIN" "$TORCHVISION_PIN"
+  "$VPY" -c "import torch, torchvision, diffusers, transformers, comfy_cli, ray" \
     || die "python packages installed but not importable"
   rm -f "$VENV"/.fillscope-setup-*
   touch "$STAMP"

@@ -42,11 +42,39 @@ class JobResult:
     error: str | None = None
     png: str | None = None
     shapes: str | None = None
+    worker: str | None = None  # where it ran, on Ray ("node <id8> pid <pid>"); None in this process
+    attempts: int = 1  # on Ray: >1 when a worker died under it and it ran again elsewhere
 
     def line(self) -> dict:
         """The job's line in batch.jsonl."""
-        return {"id": self.id, "key": self.key, "status": self.status, "seconds": round(self.seconds, 3),
+        line = {"id": self.id, "key": self.key, "status": self.status, "seconds": round(self.seconds, 3),
                 "error": self.error}
+        if self.worker is not None:
+            line["worker"] = self.worker
+        if self.attempts != 1:
+            line["attempts"] = self.attempts
+        return line
+
+
+@dataclass
+class JobOutput:
+    """A finished job before anything is written: its result and its files (name in DIR -> bytes). Ray workers
+    return this, so the driver is the one writer of DIR whatever node ran the job."""
+
+    result: JobResult
+    files: dict
+
+    def write(self, out_dir) -> JobResult:
+        """The files into `out_dir` (each whole or not at all), image first: a job's line is appended only after."""
+        out_dir = Path(out_dir)
+        paths = {}
+        for name, data in self.files.items():
+            write_atomic(out_dir / name, data)
+            paths[name] = str(out_dir / name)
+        r = self.result
+        if r.status == "ok":
+            r.png, r.shapes = paths.get(f"{r.id}.png"), paths.get(f"{r.id}.shapes.json")
+        return r
 
 
 # --- models -----------------------------------------------------------------------------------------------------------
@@ -91,6 +119,11 @@ def load_stack(job: Job, device: str = "auto") -> dict:
     return {name: loaders[name](sources[name], **kw) for name in pipeline.COMPONENTS}
 
 
+def stack_key(job: Job) -> tuple:
+    """What a job's stack is made of: jobs with the same key share one loaded stack."""
+    return (job.family, tuple(sorted(job.models.items())), tuple(sorted(job.tokenizers.items())), job.dtype)
+
+
 def _release_memory() -> None:
     import gc
 
@@ -118,8 +151,7 @@ class ModelCache:
         self._refused: dict[tuple, FillScopeInputError] = {}
 
     def key(self, job: Job) -> tuple:
-        return (job.family, tuple(sorted(job.models.items())), tuple(sorted(job.tokenizers.items())), job.dtype,
-                self.device)
+        return (*stack_key(job), self.device)
 
     def __len__(self) -> int:
         return len(self._stacks)
@@ -196,19 +228,24 @@ def describe_error(e: BaseException) -> str:
 # --- one job ----------------------------------------------------------------------------------------------------------
 
 def run_job(job: Job, cache: ModelCache, out_dir, *, key: str | None = None) -> JobResult:
-    """One job, whole; its failure (a bad input, a missing file, anything raised) is returned, not raised."""
+    """One job, whole, its files written to `out_dir`; its failure (a bad input, a missing file, anything raised) is
+    returned, not raised."""
+    return compute_job(job, cache, key=key).write(out_dir)
+
+
+def compute_job(job: Job, cache: ModelCache, *, key: str | None = None) -> JobOutput:
+    """One job, whole, its files as bytes (nothing written); a failure is returned as the result's error."""
     start = time.perf_counter()
-    out_dir = Path(out_dir)
     key = key or job_key(job, job_fingerprint(job))
     if job.error:  # a problem of its manifest line (read_manifest(strict=False))
-        return JobResult(job.id, key, "error", 0.0, error=job.error)
+        return JobOutput(JobResult(job.id, key, "error", 0.0, error=job.error), {})
     try:
-        return _run(job, cache, out_dir, key, start)
+        return _compute(job, cache, key, start)
     except Exception as e:  # noqa: BLE001  (a job fails alone; the batch goes on)
-        return JobResult(job.id, key, "error", time.perf_counter() - start, error=describe_error(e))
+        return JobOutput(JobResult(job.id, key, "error", time.perf_counter() - start, error=describe_error(e)), {})
 
 
-def _run(job: Job, cache: ModelCache, out_dir: Path, key: str, start: float) -> JobResult:
+def _compute(job: Job, cache: ModelCache, key: str, start: float) -> JobOutput:
     rec = ShapeRecorder("batch", f"{job.family} job {job.id}", table=TABLES[job.family])
     image, _ = load_image(job.image)
     mask = load_mask(job.mask, job.image)
@@ -240,14 +277,13 @@ def _run(job: Job, cache: ModelCache, out_dir: Path, key: str, start: float) -> 
         rec.warn("mask is empty: the source image is returned unchanged")
     record = rec.finish()
 
-    png, shapes = out_dir / f"{job.id}.png", out_dir / f"{job.id}.shapes.json"
-    write_atomic(png, png_bytes(out[0], {"fillscope_job": json.dumps(job.line), "fillscope_key": key}))
+    png = png_bytes(out[0], {"fillscope_job": json.dumps(job.line), "fillscope_key": key})
     seconds = time.perf_counter() - start
     document = shapes_document(record, [])
     document["job"] = {"id": job.id, "family": job.family, "key": key, "seconds": round(seconds, 3),
                        "manifest_line": job.line_number}
-    write_atomic(shapes, json.dumps(document, indent=1, default=str).encode("utf-8"))
-    return JobResult(job.id, key, "ok", seconds, png=str(png), shapes=str(shapes))
+    shapes = json.dumps(document, indent=1, default=str).encode("utf-8")
+    return JobOutput(JobResult(job.id, key, "ok", seconds), {f"{job.id}.png": png, f"{job.id}.shapes.json": shapes})
 
 
 # --- the batch --------------------------------------------------------------------------------------------------------
@@ -312,17 +348,9 @@ class _Progress:
             self.bar.close()
 
 
-def run_batch(jobs: list[Job], out_dir, *, progress: bool = True, cache: ModelCache | None = None,
-              device: str = "auto", max_resident: int = 1) -> dict:
-    """Every job not finished before, in this process, one after the other (those sharing a stack together); one
-    line a finished job appended to DIR/batch.jsonl. Returns the summary: counts (total, ran, ok, error, skipped),
-    seconds, the finished jobs' lines and the skipped ids."""
-    start = time.perf_counter()
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    log = out_dir / LOG
-    cache = cache if cache is not None else ModelCache(max_resident, device)
-    finished, memo = finished_keys(log), {}
+def pending_jobs(jobs: list[Job], out_dir: Path) -> tuple[list[tuple[Job, str]], list[str]]:
+    """(the jobs to run, each with its key; the ids skipped: finished before with the same key, image there)."""
+    finished, memo = finished_keys(out_dir / LOG), {}
     todo, skipped = [], []
     for job in jobs:
         key = job_key(job, job_fingerprint(job, memo))
@@ -330,6 +358,28 @@ def run_batch(jobs: list[Job], out_dir, *, progress: bool = True, cache: ModelCa
             skipped.append(job.id)
         else:
             todo.append((job, key))
+    return todo, skipped
+
+
+def summarise(jobs: list[Job], results: list[JobResult], skipped: list[str], out_dir: Path, start: float) -> dict:
+    ok = sum(r.status == "ok" for r in results)
+    return {"total": len(jobs), "ran": len(results), "ok": ok, "error": len(results) - ok, "skipped": len(skipped),
+            "seconds": round(time.perf_counter() - start, 3), "results": [r.line() for r in results],
+            "skipped_ids": skipped, "out": str(out_dir), "log": str(out_dir / LOG)}
+
+
+def run_batch(jobs: list[Job], out_dir, *, progress: bool = True, cache: ModelCache | None = None,
+              device: str = "auto", max_resident: int = 1, on_result=None) -> dict:
+    """Every job not finished before, in this process, one after the other (those sharing a stack together); one
+    line a finished job appended to DIR/batch.jsonl; `on_result(result, done, total)` after each (the ComfyUI node's
+    progress; what it raises stops the batch, finished jobs kept). Returns the summary: counts (total, ran, ok,
+    error, skipped), seconds, the finished jobs' lines and the skipped ids."""
+    start = time.perf_counter()
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    log = out_dir / LOG
+    cache = cache if cache is not None else ModelCache(max_resident, device)
+    todo, skipped = pending_jobs(jobs, out_dir)
     order: dict = {}
     for job, _ in todo:
         order.setdefault(cache.key(job), len(order))
@@ -342,12 +392,11 @@ def run_batch(jobs: list[Job], out_dir, *, progress: bool = True, cache: ModelCa
             append_line(log, result.line())
             results.append(result)
             bar.update(result)
+            if on_result is not None:
+                on_result(result, len(results), len(todo))
     finally:
         bar.close()
-    ok = sum(r.status == "ok" for r in results)
-    return {"total": len(jobs), "ran": len(results), "ok": ok, "error": len(results) - ok, "skipped": len(skipped),
-            "seconds": round(time.perf_counter() - start, 3), "results": [r.line() for r in results],
-            "skipped_ids": skipped, "out": str(out_dir), "log": str(log)}
+    return summarise(jobs, results, skipped, out_dir, start)
 
 
 def format_summary(summary: dict) -> str:

@@ -1,0 +1,304 @@
+"""Running a batch on Ray: workers that keep their models resident, jobs routed to the worker that holds their stack.
+
+One worker (a Ray actor holding a `ModelCache`) per GPU, with `num_gpus=1`; on a node without GPUs, `cpu_workers`
+CPU workers sharing its cores. Each is pinned to its node (node affinity), so jobs spread over every node of the
+cluster. The driver (the process that called `run_batch_on_ray`) is the only writer of DIR: a worker computes a job
+(runner.compute_job: the same code as the in-process batch) and returns its files as bytes; the driver writes them,
+each whole, then appends the job's line to batch.jsonl. So a killed worker leaves no file and no line behind, and a
+killed driver leaves only finished jobs, which a rerun skips (runner.pending_jobs).
+
+A worker that dies under a job (killed, out of memory, its node lost) is restarted by Ray (`max_restarts`), and the
+job goes back to the queue, to run again on whichever worker is free first; a job that took `max_attempts` workers
+down with it fails alone with that said. A job's own failure (a missing file, a wrong size) is not retried: it is
+the job's line in batch.jsonl, as in-process.
+
+Paths in the manifest (models, images, masks) are read by the workers: on a cluster they must name the same files
+on every node (a shared or copied folder); the outputs need no shared folder.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import FillScopeInputError
+from .manifest import Job
+from .runner import (LOG, JobOutput, JobResult, ModelCache, _Progress, append_line, pending_jobs, stack_key,
+                     summarise)
+
+MAX_RESTARTS = 2  # Ray restarts a dead worker this many times before it is given up
+MAX_ATTEMPTS = 3  # workers a job may see die under it before it fails
+RESTARTING = "restarting"  # a worker's state while Ray restarts it
+LOCAL_OBJECT_STORE_BYTES = 512 * 1024**2  # a local cluster's object store: results are PNG bytes, not tensors
+
+
+def import_ray():
+    try:
+        import ray
+    except ImportError as e:
+        raise FillScopeInputError("--ray", "needs the ray package, which is not installed.",
+                                  "pip install 'fillscope[cluster]' (ray 2.60 or newer), or run the batch "
+                                  "without --ray (in this process).") from e
+    return ray
+
+
+# --- the worker -------------------------------------------------------------------------------------------------------
+
+class JobWorker:
+    """A Ray actor's class (wrapped by ray.remote when a batch starts): a ModelCache kept between jobs."""
+
+    def __init__(self, device: str, max_resident: int, threads: int):
+        import torch
+
+        torch.set_num_threads(threads)
+        self.cache = ModelCache(max_resident, device)
+        self.device = device
+
+    def where(self) -> str:
+        import ray
+
+        return f"node {ray.get_runtime_context().get_node_id()[:8]} pid {os.getpid()}"
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def run(self, job: Job, key: str) -> JobOutput:
+        from .runner import compute_job
+
+        output = compute_job(job, self.cache, key=key)
+        output.result.worker = self.where()
+        return output
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """One worker to start: the node it is pinned to, its GPU (0 or 1), the CPUs Ray reserves and the threads
+    torch uses in it."""
+
+    node: str
+    gpus: int
+    cpus: float
+    threads: int
+
+
+def plan_workers(nodes: list[dict], cpu_workers: int = 1, device: str = "auto") -> list[WorkerSpec]:
+    """One worker per GPU on nodes that have GPUs (their CPUs shared out as threads); `cpu_workers` on a node
+    without (never more than its CPUs); nodes with neither are left out. device "cuda": GPU workers only; "cpu":
+    CPU workers on every node. `nodes`: ray.nodes()."""
+    if isinstance(cpu_workers, bool) or not isinstance(cpu_workers, int) or cpu_workers < 1:
+        raise FillScopeInputError("--workers", f"is {cpu_workers!r}.", "start at least 1 worker per CPU node.")
+    specs = []
+    for node in nodes:
+        if not node.get("Alive", False):
+            continue
+        resources, node_id = node.get("Resources", {}), node["NodeID"]
+        gpus, cpus = int(resources.get("GPU", 0)), int(resources.get("CPU", 0))
+        if device == "cpu":
+            gpus = 0
+        elif device == "cuda" and not gpus:
+            continue
+        if gpus:
+            specs += [WorkerSpec(node_id, 1, 0, max(1, cpus // gpus))] * gpus
+        elif cpus:
+            n = min(cpu_workers, cpus)
+            specs += [WorkerSpec(node_id, 0, cpus // n, max(1, cpus // n))] * n
+    if not specs:
+        if device == "cuda":
+            raise FillScopeInputError("--device", "is cuda, and no node of the Ray cluster has a GPU.",
+                                      "use --device auto (CPU workers) or add GPU nodes.")
+        raise FillScopeInputError("--ray", "the cluster has no node with a CPU or GPU to give a worker.",
+                                  "start the nodes with CPUs (ray start --num-cpus N) or GPUs.")
+    return specs
+
+
+def connect(ray, address: str, workers: int) -> bool:
+    """Ray initialised for this batch: `"local"` starts a cluster on this machine, anything else joins the
+    cluster at that address. False when Ray was initialised before (the caller's; left running)."""
+    if ray.is_initialized():
+        return False
+    kw = dict(include_dashboard=False, logging_level="warning", log_to_driver=False)
+    if address == "local":
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        ray.init(num_cpus=max(cores, workers), object_store_memory=LOCAL_OBJECT_STORE_BYTES, **kw)
+    else:
+        try:
+            ray.init(address=address, **kw)
+        except (ConnectionError, ValueError, RuntimeError) as e:
+            raise FillScopeInputError("--ray", f"could not join the Ray cluster at {address!r} ({e}).",
+                                      "start it first (`ray start --head` prints its address), or use "
+                                      "--ray local.") from e
+    return True
+
+
+# --- the driver -------------------------------------------------------------------------------------------------------
+
+@dataclass
+class _Worker:
+    handle: object
+    spec: WorkerSpec
+    resident: OrderedDict = field(default_factory=OrderedDict)  # the driver's mirror of its ModelCache's keys
+    busy: object = None  # (job, key, attempt) in flight, or RESTARTING
+    gone: bool = False  # dead for good: given no more jobs
+
+
+class RayBatch:
+    """The driver of one batch on Ray. `run(todo)` runs (job, key) pairs and returns their results in the order
+    they finished; `busy()` says which worker runs which job now (pid, job id)."""
+
+    def __init__(self, ray, specs: list[WorkerSpec], out_dir: Path, *, device: str = "auto", max_resident: int = 1,
+                 progress: bool = True, on_result=None, max_attempts: int = MAX_ATTEMPTS):
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        self.ray, self.out_dir, self.log = ray, Path(out_dir), Path(out_dir) / LOG
+        self.max_resident, self.progress, self.on_result = max_resident, progress, on_result
+        self.max_attempts = max_attempts
+        self.cache_key = stack_key
+        remote = ray.remote(JobWorker)
+        self.workers = []
+        for spec in specs:
+            options = dict(num_cpus=spec.cpus, num_gpus=spec.gpus, max_restarts=MAX_RESTARTS, max_task_retries=0,
+                           scheduling_strategy=NodeAffinitySchedulingStrategy(spec.node, soft=False))
+            worker_device = "cuda" if spec.gpus else "cpu"
+            handle = remote.options(**options).remote(worker_device, max_resident, spec.threads)
+            self.workers.append(_Worker(handle, spec))
+        self.pids = {}  # id(worker) -> pid, learnt when it first answers
+
+    def start(self, timeout_s: float = 300.0) -> None:
+        """Waits until every worker has started (imports done), so the first jobs do not time the start-up."""
+        refs = [w.handle.pid.remote() for w in self.workers]
+        for w, pid in zip(self.workers, self.ray.get(refs, timeout=timeout_s)):
+            self.pids[id(w)] = pid
+
+    def busy(self) -> list[tuple[int, str]]:
+        return [(self.pids.get(id(w)), w.busy[0].id) for w in self.workers if isinstance(w.busy, tuple)]
+
+    def _choose(self, worker: _Worker, queue: list) -> int | None:
+        """Which queued job this idle worker takes: one whose stack it holds, else one of the stack with the most
+        queued jobs for each worker holding it (a new stack spreads to a second worker once it has many jobs)."""
+        if not queue:
+            return None
+        keys = [self.cache_key(job) for job, _, _ in queue]
+        for i, k in enumerate(keys):
+            if k in worker.resident:
+                return i
+        counts: dict = {}
+        for k in keys:
+            counts[k] = counts.get(k, 0) + 1
+        holders = {k: sum(k in w.resident for w in self.workers) for k in counts}
+        best = max(counts, key=lambda k: counts[k] / (1 + holders[k]))
+        return keys.index(best)
+
+    def _submit(self, worker: _Worker, item: tuple) -> object:
+        job, key, attempt = item
+        worker.busy = item
+        k = self.cache_key(job)
+        worker.resident[k] = True
+        worker.resident.move_to_end(k)
+        while len(worker.resident) > self.max_resident:
+            worker.resident.popitem(last=False)
+        return worker.handle.run.remote(job, key)
+
+    def run(self, todo: list[tuple[Job, str]]) -> list[JobResult]:
+        from ray.exceptions import RayError, RayTaskError
+
+        queue = [(job, key, 1) for job, key in todo]
+        inflight: dict = {}  # object ref -> worker
+        results: list[JobResult] = []
+        bar = _Progress(len(todo), self.progress)
+        try:
+            while queue or inflight:
+                for w in self.workers:
+                    if w.busy is None and not w.gone:
+                        i = self._choose(w, queue)
+                        if i is not None:
+                            inflight[self._submit(w, queue.pop(i))] = w
+                if not inflight:  # every worker gone
+                    for job, key, attempt in queue:
+                        results.append(self._finish(JobOutput(JobResult(
+                            job.id, key, "error", 0.0, attempts=attempt,
+                            error="every Ray worker died (see the errors above); nothing ran this job"), {}), bar,
+                            len(todo), len(results) + 1))
+                    break
+                ready, _ = self.ray.wait(list(inflight), num_returns=1)
+                ref = ready[0]
+                w = inflight.pop(ref)
+                item, w.busy = w.busy, None
+                if item == RESTARTING:
+                    try:
+                        self.pids[id(w)] = self.ray.get(ref)  # back, with a new process and an empty cache
+                    except RayError:
+                        w.gone = True  # its restarts are used up (or its node is lost)
+                    continue
+                job, key, attempt = item
+                try:
+                    output = self.ray.get(ref)
+                except RayTaskError as e:  # raised inside the worker outside the job (compute_job returns its own)
+                    output = JobOutput(JobResult(job.id, key, "error", 0.0, error=str(e)[:2000]), {})
+                except RayError as e:  # the worker died under the job: the job goes back to the queue
+                    w.resident.clear()
+                    self.pids.pop(id(w), None)
+                    # no job for it until Ray has restarted it: a call while it restarts fails at once, while this
+                    # one (retried until it is back, or its restarts are used up) answers when it is ready
+                    w.busy = RESTARTING
+                    inflight[w.handle.pid.options(max_task_retries=-1).remote()] = w
+                    if attempt < self.max_attempts:
+                        queue.insert(0, (job, key, attempt + 1))
+                        continue
+                    output = JobOutput(JobResult(job.id, key, "error", 0.0, error=(
+                        f"{attempt} Ray workers died running this job (the last: {type(e).__name__}); it is not "
+                        "tried again")), {})
+                output.result.attempts = attempt
+                results.append(self._finish(output, bar, len(todo), len(results) + 1))
+        finally:
+            bar.close()
+        return results
+
+    def _finish(self, output: JobOutput, bar, total: int, done: int) -> JobResult:
+        result = output.write(self.out_dir)
+        append_line(self.log, result.line())
+        bar.update(result)
+        if self.on_result is not None:
+            self.on_result(result, done, total)
+        return result
+
+    def shutdown(self) -> None:
+        for w in self.workers:
+            try:
+                self.ray.kill(w.handle)
+            except Exception:  # noqa: BLE001  (already gone)
+                pass
+
+
+def run_batch_on_ray(jobs: list[Job], out_dir, *, address: str = "local", workers: int = 1, device: str = "auto",
+                     max_resident: int = 1, progress: bool = True, on_result=None,
+                     max_attempts: int = MAX_ATTEMPTS, started=None) -> dict:
+    """Every job not finished before, on Ray workers (module docstring); the same summary as runner.run_batch.
+    `address`: "local" (a cluster on this machine, stopped afterwards) or a cluster's address; `workers`: CPU
+    workers per node without GPUs. `started(batch)` is called once the workers are up (tests use it to find the
+    workers' processes)."""
+    start = time.perf_counter()
+    ray = import_ray()
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    todo, skipped = pending_jobs(jobs, out_dir)
+    if not todo:
+        return summarise(jobs, [], skipped, out_dir, start)
+    ours = connect(ray, address, workers)
+    batch = None
+    try:
+        specs = plan_workers(ray.nodes(), workers, device)
+        batch = RayBatch(ray, specs, out_dir, device=device, max_resident=max_resident, progress=progress,
+                         on_result=on_result, max_attempts=max_attempts)
+        batch.start()
+        if started is not None:
+            started(batch)
+        results = batch.run(todo)
+    finally:
+        if batch is not None:
+            batch.shutdown()
+        if ours:
+            ray.shutdown()
+    return summarise(jobs, results, skipped, out_dir, start)
