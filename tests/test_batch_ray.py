@@ -16,11 +16,9 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -46,25 +44,8 @@ N_JOBS = 20
 
 
 @pytest.fixture(scope="module", autouse=True)
-def ray_home(tmp_path_factory):
-    """HOME, RAY_TMPDIR and TMPDIR in one short temporary folder for the module (Ray's files, sockets, logs)."""
-    tmp_path_factory.getbasetemp()  # pytest's own folder fixed first, outside the one removed afterwards
-    folder = Path(tempfile.mkdtemp(prefix="fsray-", dir="/tmp"))
-    saved = {k: os.environ.get(k) for k in ("HOME", "RAY_TMPDIR", "TMPDIR")}
-    os.environ.update(HOME=str(folder / "home"), RAY_TMPDIR=str(folder / "ray"), TMPDIR=str(folder / "tmp"))
-    for name in ("home", "ray", "tmp"):
-        (folder / name).mkdir()
-    tempfile.tempdir = None
-    yield folder
-    if ray.is_initialized():
-        ray.shutdown()
-    for k, v in saved.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
-    tempfile.tempdir = None
-    shutil.rmtree(folder, ignore_errors=True)
+def ray_home(ray_tmp_env):
+    return ray_tmp_env
 
 
 @pytest.fixture(scope="module")

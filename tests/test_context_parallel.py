@@ -288,3 +288,43 @@ def test_an_input_error_on_a_rank_comes_back_as_itself():
     with pytest.raises(FillScopeInputError) as e:
         run_on_ranks(context.check_degree, WORLD, 4, TINY_HEADS)
     assert e.value.input_name == "parallel" and e.value.fix == "use one of 1, 2."
+
+
+# --- the same rank functions on Ray actors ---------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def ray_cluster(ray_tmp_env):
+    """A local Ray with 2 CPUs (HOME, RAY_TMPDIR and TMPDIR in a temporary folder), stopped after the module."""
+    ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'fillscope[cluster]')")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, object_store_memory=256 * 1024**2)
+    yield ray
+    ray.shutdown()
+
+
+def test_ray_actor_ranks_equal_one_process(ray_cluster, transformer_runs, sampler_runs):
+    """Two Ray actors joined in a gloo group run the transformers (Ulysses) and the FLUX Fill and SD3 (CFG parallel)
+    samplers as the spawned ranks do: within 1e-5 of one process."""
+    from fillscope.parallel.ray_ranks import run_on_ray_ranks
+
+    models = {family: (make(), inputs()) for family, (make, inputs) in TRANSFORMERS.items()}
+    calls = [forward(model, 2, inputs) for model, inputs in models.values()]
+    calls += [partial(sampler_runs[family][0], parallel=2) for family in ("flux-fill", "sd3")]
+    start = time.perf_counter()
+    results = run_on_ray_ranks(in_turn, WORLD, *calls)
+    print(f"\n[ray ranks] {WORLD} actors: {time.perf_counter() - start:.1f} s")
+    for (family, _), split in zip(models.items(), results):
+        assert max_rel_err(split, transformer_runs[family][0]) <= TOLERANCE, family
+    for family, split in zip(("flux-fill", "sd3"), results[2:]):
+        assert max_rel_err(split.latents, sampler_runs[family][1].latents) <= TOLERANCE, family
+    assert results[3].info["cfg_parallel"] == "positive pass on this rank of 2"
+
+
+def test_an_input_error_on_a_ray_rank_comes_back_as_itself(ray_cluster):
+    from fillscope.parallel.ray_ranks import run_on_ray_ranks
+
+    with pytest.raises(FillScopeInputError) as e:
+        run_on_ray_ranks(context.check_degree, WORLD, 4, TINY_HEADS)
+    assert e.value.input_name == "parallel" and e.value.fix == "use one of 1, 2."
+    with pytest.raises(FillScopeInputError, match="3 CPU\\(s\\) are needed and the Ray cluster has 2"):
+        run_on_ray_ranks(context.check_degree, 3, 2, TINY_HEADS)

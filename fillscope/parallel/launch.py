@@ -3,7 +3,8 @@ machine (torch.multiprocessing spawn), joins them in a gloo process group (MASTE
 and calls `fn(*args)` on each; rank 0's result comes back.
 
 The rank function knows nothing of how its rank started: it finds the group initialised and asks torch.distributed
-for its rank. A Ray actor group (later) initialises the group its own way and calls the same function.
+for its rank. A Ray actor group (ray_ranks.run_on_ray_ranks) starts the group its own way (`process_group`) and
+calls the same function.
 
 `fn` and `args` travel to the ranks by pickle (module-level functions, functools.partial of them; tensors through
 shared memory): fine for tiny models and conditions, not for production weights, which a rank loads from its own
@@ -13,6 +14,7 @@ a file there (torch.save). An input error raised on a rank (FillScopeInputError)
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -66,35 +68,46 @@ def in_turn(*calls) -> list:
     return [call() for call in calls]
 
 
-def _rank_main(rank: int, settings: tuple, fn, args):
-    """One rank: its environment, the group, `fn(*args)`, rank 0's result written, the group torn down."""
+@contextlib.contextmanager
+def process_group(rank: int, world_size: int, master_addr: str, port: int, backend: str = "gloo",
+                  timeout_s: float = 600.0):
+    """This process as `rank` of a `world_size` group whose rank 0 listens on master_addr:port, for the block; every
+    rank waits for the others at the end before the group is torn down."""
     from datetime import timedelta
 
-    import torch
     import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR=master_addr, MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world_size))
+    dist.init_process_group(backend, rank=rank, world_size=world_size, timeout=timedelta(seconds=timeout_s))
+    try:
+        yield
+        # every rank's work (diffusers' functional collectives are asynchronous) done before any rank tears the
+        # group down: a rank destroying it while another still waits on it aborted ("terminate called without an
+        # active exception") in a loaded CI run
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+def _rank_main(rank: int, settings: tuple, fn, args):
+    """One rank: its environment, the group, `fn(*args)`, rank 0's result written, the group torn down."""
+    import torch
 
     world_size, port, folder, threads, timeout_s = settings
     folder = Path(folder)
     for name in ("home", "tmp"):
         (folder / name).mkdir(exist_ok=True)
-    os.environ.update(HOME=str(folder / "home"), TMPDIR=str(folder / "tmp"), MASTER_ADDR="127.0.0.1",
-                      MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world_size))
+    os.environ.update(HOME=str(folder / "home"), TMPDIR=str(folder / "tmp"))
     tempfile.tempdir = None  # TMPDIR is read again
     torch.set_num_threads(threads)
-    dist.init_process_group("gloo", rank=rank, world_size=world_size, timeout=timedelta(seconds=timeout_s))
     try:
-        result = fn(*args)
-        if rank == 0:
-            partial = folder / (RESULT + ".part")
-            torch.save(result, partial)
-            partial.replace(folder / RESULT)
-        # every rank's work (diffusers' functional collectives are asynchronous) done before any rank tears the
-        # group down: a rank destroying it while another still waits on it aborted ("terminate called without an
-        # active exception") in a loaded CI run
-        dist.barrier()
+        with process_group(rank, world_size, "127.0.0.1", port, "gloo", timeout_s):
+            result = fn(*args)
+            if rank == 0:
+                partial = folder / (RESULT + ".part")
+                torch.save(result, partial)
+                partial.replace(folder / RESULT)
     except FillScopeInputError as e:
         torch.save({"input_name": e.input_name, "problem": e.problem, "fix": e.fix},
                    folder / f"input-error-{rank}.pt")
         raise
-    finally:
-        dist.destroy_process_group()
