@@ -9,7 +9,8 @@ def all_nodes() -> list:
     from . import lora  # LoRA on the FLUX.1 Fill / SD3 / klein transformers
     from . import compositing  # crop and stitch, several regions
     from . import outpaint  # outpaint pad: the larger canvas and the mask of its new area
+    from . import batch  # a batch manifest run from ComfyUI (in this process or on Ray)
 
     return [*loaders.NODES, *text.NODES, *flux_fill.NODES, *sd3_inpaint.NODES, *klein.NODES,
             *image.NODES, *inspect.NODES, *trace.NODES, *native.NODES, *lora.NODES, *compositing.NODES,
-            *outpaint.NODES]
+            *outpaint.NODES, *batch.NODES]

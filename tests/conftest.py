@@ -86,29 +86,13 @@ def comfy():
 
 @pytest.fixture(scope="module")
 def ray_tmp_env(tmp_path_factory):
-    """HOME, RAY_TMPDIR and TMPDIR in one short temporary folder for a module that starts Ray (its files, sockets
-    and logs; socket paths must stay under 108 characters); given back, and Ray stopped, afterwards."""
-    import shutil
-    import tempfile
+    """HOME, RAY_TMPDIR and TMPDIR in one short temporary folder for a module that starts Ray (batch_jobs.py);
+    given back, and Ray stopped, afterwards."""
+    from batch_jobs import ray_tmp_env
 
     tmp_path_factory.getbasetemp()  # pytest's own folder fixed first, outside the one removed afterwards
-    folder = Path(tempfile.mkdtemp(prefix="fsray-", dir="/tmp"))
-    saved = {k: os.environ.get(k) for k in ("HOME", "RAY_TMPDIR", "TMPDIR")}
-    for name in ("home", "ray", "tmp"):
-        (folder / name).mkdir()
-    os.environ.update(HOME=str(folder / "home"), RAY_TMPDIR=str(folder / "ray"), TMPDIR=str(folder / "tmp"))
-    tempfile.tempdir = None
-    yield folder
-    ray = sys.modules.get("ray")
-    if ray is not None and ray.is_initialized():
-        ray.shutdown()
-    for k, v in saved.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
-    tempfile.tempdir = None
-    shutil.rmtree(folder, ignore_errors=True)
+    with ray_tmp_env() as folder:
+        yield folder
 
 
 # --- real ComfyUI server (tests/comfy_server.py) -------------------------------------------------

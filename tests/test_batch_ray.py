@@ -25,10 +25,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image
-from tiny_flux import build_tiny_flux_fill_folder
-from tiny_klein import build_tiny_klein_folder
+from batch_jobs import build_batch_manifest
 from tiny_models import tokenizers_available
-from tiny_sd3 import build_tiny_sd3_controlnet_folder, build_tiny_sd3_folder
 
 from fillscope.batch.manifest import read_manifest
 from fillscope.batch.runner import ModelCache, run_batch
@@ -39,7 +37,6 @@ pytestmark = pytest.mark.skipif(not tokenizers_available(), reason="ComfyUI toke
 from fillscope.batch.cluster import plan_workers, run_batch_on_ray  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
-H, W = 48, 64
 N_JOBS = 20
 
 
@@ -51,30 +48,8 @@ def ray_home(ray_tmp_env):
 @pytest.fixture(scope="module")
 def manifest(tmp_path_factory):
     """20 jobs: 8 FLUX Fill, 6 SD3 + ControlNet, 6 klein 4B, seeds and options varied, one image and mask."""
-    root = tmp_path_factory.mktemp("ray_batch")
-    flux = build_tiny_flux_fill_folder(root / "flux", seed=0)
-    sd3 = {"default": str(build_tiny_sd3_folder(root / "sd3", seed=0)),
-           "controlnet": str(build_tiny_sd3_controlnet_folder(root / "controlnet", seed=0))}
-    kl = build_tiny_klein_folder(root / "klein", seed=0)
-    rng = np.random.default_rng(1)
-    Image.fromarray(rng.integers(0, 256, size=(H, W, 3), dtype=np.uint8), "RGB").save(root / "image.png")
-    mask = np.zeros((H, W), dtype=np.uint8)
-    mask[8:40, 16:48] = 255
-    Image.fromarray(mask, "L").save(root / "mask.png")
-    common = {"image": "image.png", "mask": "mask.png", "prompt": "a red brick fireplace", "steps": 2, "dtype": "fp32"}
-    lines = []
-    for i in range(8):
-        lines.append({"id": f"flux-{i}", "family": "flux-fill", "models": str(flux), "seed": i, **common,
-                      "guidance": 20.0 + i})
-    for i in range(6):
-        lines.append({"id": f"sd3-{i}", "family": "sd3-controlnet", "models": sd3, "seed": 10 + i, **common,
-                      "negative": "blurry", "cfg": 3.0 + i / 2})
-    for i in range(6):
-        lines.append({"id": f"klein-{i}", "family": "klein-4b", "models": str(kl), "seed": 20 + i, **common,
-                      "grow": i % 3})
-    assert len(lines) == N_JOBS
-    path = root / "manifest.jsonl"
-    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    path = build_batch_manifest(tmp_path_factory.mktemp("ray_batch"))
+    assert len(path.read_text().splitlines()) == N_JOBS
     return path
 
 
@@ -195,3 +170,40 @@ def test_a_rerun_after_an_interrupted_batch_runs_only_the_missing_jobs(manifest,
     assert f"{len(finished)} skipped" in res.stdout, res.stdout
     lines = assert_equals_in_process(out, in_process)
     assert len(lines) == N_JOBS  # the rerun added exactly the missing jobs
+
+
+def test_parallel_jobs_run_on_a_group_of_workers(manifest, in_process, tmp_path):
+    """Jobs with "parallel": 2 (Ulysses for FLUX Fill and klein, CFG parallel for SD3) run on 2 workers as one
+    process group and give the image of the spawned local ranks bit for bit, and the one-process image to within
+    one 8-bit level; a job wanting more ranks than there are workers fails alone; the manifest refuses degrees a
+    family cannot run."""
+    lines = {x["id"]: x for x in map(json.loads, manifest.read_text().splitlines())}
+    chosen = [dict(lines["flux-0"], parallel=2), dict(lines["sd3-0"], parallel=2), dict(lines["klein-1"], parallel=2),
+              lines["flux-1"], dict(lines["flux-2"], id="flux-4-ranks", parallel=4)]
+    path = manifest.with_name("parallel.jsonl")
+    path.write_text("".join(json.dumps(x) + "\n" for x in chosen))
+    local_jobs = [j for j in read_manifest(path) if j.id != "flux-4-ranks"]
+    local = run_batch(local_jobs, tmp_path / "local", progress=False, cache=ModelCache(3, "cpu"))
+    on_ray = run_batch_on_ray(read_manifest(path), tmp_path / "ray", address="local", workers=2, device="cpu",
+                              max_resident=3, progress=False)
+    assert (on_ray["ok"], on_ray["error"]) == (4, 1), on_ray
+    failed = next(r for r in on_ray["results"] if r["status"] == "error")
+    assert failed["id"] == "flux-4-ranks" and "parallel is 4 and 2 Ray worker(s)" in failed["error"]
+    ranked = {x["id"]: x for x in logged(tmp_path / "ray")}
+    for job_id in ("flux-0", "sd3-0", "klein-1"):
+        assert "(rank 0 of 2)" in ranked[job_id]["worker"]
+        ours = pixels(tmp_path / "ray" / f"{job_id}.png")
+        assert np.array_equal(ours, pixels(tmp_path / "local" / f"{job_id}.png")), job_id
+        one = pixels(in_process / f"{job_id}.png").astype(int)
+        assert np.abs(ours.astype(int) - one).max() <= 1, job_id
+        doc = json.loads((tmp_path / "ray" / f"{job_id}.shapes.json").read_text())
+        facts = json.dumps(doc["node"]["facts"])
+        assert ("cfg_parallel" if job_id.startswith("sd3") else "context_parallel") in facts, facts
+    assert np.array_equal(pixels(tmp_path / "ray" / "flux-1.png"), pixels(in_process / "flux-1.png"))
+    assert local["ok"] == 4, local
+
+    for bad, text in ((dict(lines["flux-0"], parallel=3), "flux-fill runs one image on 1, 2, 4 or 8 ranks"),
+                      (dict(lines["sd3-0"], parallel=4), "use one of 1, 2 (1: one process)")):
+        path.write_text(json.dumps(bad) + "\n")
+        with pytest.raises(Exception, match=text.replace("(", "\\(").replace(")", "\\)")):
+            read_manifest(path)

@@ -36,6 +36,8 @@ NODE_IDS = sorted([
     "FillScopeFluxFillLoRA", "FillScopeSD3LoRA", "FillScopeKleinLoRA",
     # compositing (issue 13): crop and stitch, outpaint padding
     "FillScopeCropForInpaint", "FillScopeStitch", "FillScopeOutpaintPad",
+    # batches: a manifest run from ComfyUI
+    "FillScopeBatch",
 ])
 
 

@@ -65,12 +65,31 @@ class JobWorker:
     def pid(self) -> int:
         return os.getpid()
 
+    def address(self) -> tuple[str, int]:
+        from ..parallel.ray_ranks import rank_address
+
+        return rank_address()
+
     def run(self, job: Job, key: str) -> JobOutput:
         from .runner import compute_job
 
         output = compute_job(job, self.cache, key=key)
         output.result.worker = self.where()
         return output
+
+    def run_rank(self, job: Job, key: str, rank: int, settings: tuple) -> JobOutput | None:
+        """The job as `rank` of a group of workers (ray_ranks.run_rank), on this worker's resident stack: rank 0's
+        output, None on the other ranks."""
+        from functools import partial
+
+        from ..parallel.ray_ranks import run_rank
+        from .runner import compute_job
+
+        status, value = run_rank(rank, settings, partial(compute_job, job, self.cache, key=key, in_group=True), ())
+        if rank != 0:
+            return None
+        value.result.worker = f"{self.where()} (rank 0 of {settings[0]})"
+        return value
 
 
 @dataclass(frozen=True)
@@ -114,13 +133,18 @@ def plan_workers(nodes: list[dict], cpu_workers: int = 1, device: str = "auto") 
     return specs
 
 
-def connect(ray, address: str, workers: int) -> bool:
+def connect(ray, address: str, workers: int, runtime_env: dict | None = None) -> bool:
     """Ray initialised for this batch: `"local"` starts a cluster on this machine, anything else joins the
-    cluster at that address. False when Ray was initialised before (the caller's; left running)."""
+    cluster at that address; `runtime_env` as ray.init takes it (the ComfyUI node ships the engine's folder as a
+    py_module). False when Ray was initialised before (the caller's; left running)."""
     if ray.is_initialized():
         return False
     kw = dict(include_dashboard=False, logging_level="warning", log_to_driver=False)
+    if runtime_env:
+        kw["runtime_env"] = runtime_env
     if address == "local":
+        # Ray waits 30 s for a new head's GCS server to bind: on a machine busy with the batch's own start, more
+        os.environ.setdefault("RAY_gcs_server_port_wait_time_s", "120")
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
         ray.init(num_cpus=max(cores, workers), object_store_memory=LOCAL_OBJECT_STORE_BYTES, **kw)
     else:
@@ -140,66 +164,135 @@ class _Worker:
     handle: object
     spec: WorkerSpec
     resident: OrderedDict = field(default_factory=OrderedDict)  # the driver's mirror of its ModelCache's keys
-    busy: object = None  # (job, key, attempt) in flight, or RESTARTING
+    busy: object = None  # the _Dispatch it runs, or RESTARTING
     gone: bool = False  # dead for good: given no more jobs
+
+
+@dataclass
+class _Dispatch:
+    """One job on one worker, or on a group of workers as the ranks of a parallel job (rank 0's output counts)."""
+
+    job: Job
+    key: str
+    attempt: int
+    workers: list
+    waiting: int = 0  # ranks not answered yet
+    output: JobOutput | None = None
+    died: BaseException | None = None  # a worker of it died
 
 
 class RayBatch:
     """The driver of one batch on Ray. `run(todo)` runs (job, key) pairs and returns their results in the order
-    they finished; `busy()` says which worker runs which job now (pid, job id)."""
+    they finished; `busy()` says which worker runs which job now (pid, job id).
 
-    def __init__(self, ray, specs: list[WorkerSpec], out_dir: Path, *, device: str = "auto", max_resident: int = 1,
-                 progress: bool = True, on_result=None, max_attempts: int = MAX_ATTEMPTS):
+    Scheduling: a parallel job (`parallel` N > 1) takes N idle workers at once (those holding its stack first) and
+    runs on them as the ranks of one process group; while it waits for N, idle workers wait with it rather than
+    start other jobs (which would starve it). Any other job goes to the first idle worker, preferring one whose
+    stack it holds (runner.stack_key)."""
+
+    def __init__(self, ray, specs: list[WorkerSpec], out_dir: Path, *, max_resident: int = 1, progress: bool = True,
+                 on_result=None, max_attempts: int = MAX_ATTEMPTS, timeout_s: float = 600.0):
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         self.ray, self.out_dir, self.log = ray, Path(out_dir), Path(out_dir) / LOG
         self.max_resident, self.progress, self.on_result = max_resident, progress, on_result
-        self.max_attempts = max_attempts
-        self.cache_key = stack_key
+        self.max_attempts, self.timeout_s = max_attempts, timeout_s
         remote = ray.remote(JobWorker)
         self.workers = []
         for spec in specs:
             options = dict(num_cpus=spec.cpus, num_gpus=spec.gpus, max_restarts=MAX_RESTARTS, max_task_retries=0,
                            scheduling_strategy=NodeAffinitySchedulingStrategy(spec.node, soft=False))
-            worker_device = "cuda" if spec.gpus else "cpu"
-            handle = remote.options(**options).remote(worker_device, max_resident, spec.threads)
+            handle = remote.options(**options).remote("cuda" if spec.gpus else "cpu", max_resident, spec.threads)
             self.workers.append(_Worker(handle, spec))
         self.pids = {}  # id(worker) -> pid, learnt when it first answers
 
-    def start(self, timeout_s: float = 300.0) -> None:
+    def start(self) -> None:
         """Waits until every worker has started (imports done), so the first jobs do not time the start-up."""
         refs = [w.handle.pid.remote() for w in self.workers]
-        for w, pid in zip(self.workers, self.ray.get(refs, timeout=timeout_s)):
+        for w, pid in zip(self.workers, self.ray.get(refs, timeout=self.timeout_s)):
             self.pids[id(w)] = pid
 
     def busy(self) -> list[tuple[int, str]]:
-        return [(self.pids.get(id(w)), w.busy[0].id) for w in self.workers if isinstance(w.busy, tuple)]
+        return [(self.pids.get(id(w)), w.busy.job.id) for w in self.workers if isinstance(w.busy, _Dispatch)]
+
+    # --- choosing -------------------------------------------------------------------------------------------------
 
     def _choose(self, worker: _Worker, queue: list) -> int | None:
-        """Which queued job this idle worker takes: one whose stack it holds, else one of the stack with the most
-        queued jobs for each worker holding it (a new stack spreads to a second worker once it has many jobs)."""
-        if not queue:
+        """Which queued single job this idle worker takes: one whose stack it holds, else one of the stack with the
+        most queued jobs for each worker holding it (a new stack spreads to a second worker once it has many)."""
+        keys = {i: stack_key(item[0]) for i, item in enumerate(queue) if item[0].parallel == 1}
+        if not keys:
             return None
-        keys = [self.cache_key(job) for job, _, _ in queue]
-        for i, k in enumerate(keys):
+        for i, k in keys.items():
             if k in worker.resident:
                 return i
         counts: dict = {}
-        for k in keys:
+        for k in keys.values():
             counts[k] = counts.get(k, 0) + 1
         holders = {k: sum(k in w.resident for w in self.workers) for k in counts}
         best = max(counts, key=lambda k: counts[k] / (1 + holders[k]))
-        return keys.index(best)
+        return next(i for i, k in keys.items() if k == best)
 
-    def _submit(self, worker: _Worker, item: tuple) -> object:
-        job, key, attempt = item
-        worker.busy = item
-        k = self.cache_key(job)
+    def _group_for(self, job: Job, idle: list) -> list | None:
+        """`job.parallel` idle workers of one kind (GPU or CPU), those holding its stack first; None if too few."""
+        k = stack_key(job)
+        for gpus in (1, 0):
+            same = sorted((w for w in idle if w.spec.gpus == gpus), key=lambda w: k not in w.resident)
+            if len(same) >= job.parallel:
+                return same[:job.parallel]
+        return None
+
+    def _mark_resident(self, worker: _Worker, job: Job) -> None:
+        k = stack_key(job)
         worker.resident[k] = True
         worker.resident.move_to_end(k)
         while len(worker.resident) > self.max_resident:
             worker.resident.popitem(last=False)
-        return worker.handle.run.remote(job, key)
+
+    # --- dispatching ----------------------------------------------------------------------------------------------
+
+    def _dispatch(self, item: tuple, workers: list, inflight: dict) -> None:
+        job, key, attempt = item
+        d = _Dispatch(job, key, attempt, workers, waiting=len(workers))
+        if len(workers) == 1:
+            refs = [workers[0].handle.run.remote(job, key)]
+        else:
+            address, port = self.ray.get(workers[0].handle.address.remote(), timeout=self.timeout_s)
+            settings = (len(workers), address, port, "nccl" if workers[0].spec.gpus else "gloo", self.timeout_s)
+            refs = [w.handle.run_rank.remote(job, key, rank, settings) for rank, w in enumerate(workers)]
+        for w, ref in zip(workers, refs):
+            w.busy = d
+            self._mark_resident(w, job)
+            inflight[ref] = w
+
+    def _schedule(self, queue: list, inflight: dict) -> list:
+        """Gives idle workers work; returns the queued items that can never run (a parallel job wanting more
+        workers than are alive)."""
+        idle = [w for w in self.workers if w.busy is None and not w.gone]
+        alive = sum(not w.gone for w in self.workers)
+        impossible, waiting = [], False
+        for item in list(queue):
+            if item[0].parallel == 1:
+                continue
+            if item[0].parallel > alive:
+                queue.remove(item)
+                impossible.append(item)
+                continue
+            group = self._group_for(item[0], idle)
+            if group is None:
+                waiting = True
+                break
+            queue.remove(item)
+            self._dispatch(item, group, inflight)
+            idle = [w for w in idle if w not in group]
+        if not waiting:
+            for w in idle:
+                i = self._choose(w, queue)
+                if i is not None:
+                    self._dispatch(queue.pop(i), [w], inflight)
+        return impossible
+
+    # --- the loop -------------------------------------------------------------------------------------------------
 
     def run(self, todo: list[tuple[Job, str]]) -> list[JobResult]:
         from ray.exceptions import RayError, RayTaskError
@@ -208,50 +301,58 @@ class RayBatch:
         inflight: dict = {}  # object ref -> worker
         results: list[JobResult] = []
         bar = _Progress(len(todo), self.progress)
+
+        def fail(job, key, attempt, error):
+            output = JobOutput(JobResult(job.id, key, "error", 0.0, error=error, attempts=attempt), {})
+            results.append(self._finish(output, bar, len(todo), len(results) + 1))
+
         try:
             while queue or inflight:
-                for w in self.workers:
-                    if w.busy is None and not w.gone:
-                        i = self._choose(w, queue)
-                        if i is not None:
-                            inflight[self._submit(w, queue.pop(i))] = w
+                for job, key, attempt in self._schedule(queue, inflight):
+                    alive = sum(not w.gone for w in self.workers)
+                    fail(job, key, attempt, f"parallel is {job.parallel} and {alive} Ray worker(s) are alive; "
+                         f"a parallel job runs on that many workers at once. Fix: start more workers (--workers, "
+                         f"GPUs) or lower parallel.")
                 if not inflight:  # every worker gone
                     for job, key, attempt in queue:
-                        results.append(self._finish(JobOutput(JobResult(
-                            job.id, key, "error", 0.0, attempts=attempt,
-                            error="every Ray worker died (see the errors above); nothing ran this job"), {}), bar,
-                            len(todo), len(results) + 1))
+                        fail(job, key, attempt, "every Ray worker died (see the errors above); nothing ran this job")
                     break
                 ready, _ = self.ray.wait(list(inflight), num_returns=1)
                 ref = ready[0]
                 w = inflight.pop(ref)
-                item, w.busy = w.busy, None
-                if item == RESTARTING:
+                d, w.busy = w.busy, None
+                if d == RESTARTING:
                     try:
                         self.pids[id(w)] = self.ray.get(ref)  # back, with a new process and an empty cache
                     except RayError:
                         w.gone = True  # its restarts are used up (or its node is lost)
                     continue
-                job, key, attempt = item
+                d.waiting -= 1
                 try:
                     output = self.ray.get(ref)
+                    if output is not None:  # a single job, or rank 0 of a group
+                        d.output = output
                 except RayTaskError as e:  # raised inside the worker outside the job (compute_job returns its own)
-                    output = JobOutput(JobResult(job.id, key, "error", 0.0, error=str(e)[:2000]), {})
-                except RayError as e:  # the worker died under the job: the job goes back to the queue
+                    d.output = JobOutput(JobResult(d.job.id, d.key, "error", 0.0, error=str(e)[:2000]), {})
+                except RayError as e:  # the worker died under the job
+                    d.died = e
                     w.resident.clear()
                     self.pids.pop(id(w), None)
                     # no job for it until Ray has restarted it: a call while it restarts fails at once, while this
                     # one (retried until it is back, or its restarts are used up) answers when it is ready
                     w.busy = RESTARTING
                     inflight[w.handle.pid.options(max_task_retries=-1).remote()] = w
-                    if attempt < self.max_attempts:
-                        queue.insert(0, (job, key, attempt + 1))
-                        continue
-                    output = JobOutput(JobResult(job.id, key, "error", 0.0, error=(
-                        f"{attempt} Ray workers died running this job (the last: {type(e).__name__}); it is not "
-                        "tried again")), {})
-                output.result.attempts = attempt
-                results.append(self._finish(output, bar, len(todo), len(results) + 1))
+                if d.waiting:
+                    continue
+                if d.died is not None:  # the job goes back to the queue, to the first free worker(s)
+                    if d.attempt < self.max_attempts:
+                        queue.insert(0, (d.job, d.key, d.attempt + 1))
+                    else:
+                        fail(d.job, d.key, d.attempt, f"{d.attempt} times a Ray worker died running this job (the "
+                             f"last: {type(d.died).__name__}); it is not tried again")
+                    continue
+                d.output.result.attempts = d.attempt
+                results.append(self._finish(d.output, bar, len(todo), len(results) + 1))
         finally:
             bar.close()
         return results
@@ -274,11 +375,11 @@ class RayBatch:
 
 def run_batch_on_ray(jobs: list[Job], out_dir, *, address: str = "local", workers: int = 1, device: str = "auto",
                      max_resident: int = 1, progress: bool = True, on_result=None,
-                     max_attempts: int = MAX_ATTEMPTS, started=None) -> dict:
+                     max_attempts: int = MAX_ATTEMPTS, started=None, runtime_env: dict | None = None) -> dict:
     """Every job not finished before, on Ray workers (module docstring); the same summary as runner.run_batch.
     `address`: "local" (a cluster on this machine, stopped afterwards) or a cluster's address; `workers`: CPU
     workers per node without GPUs. `started(batch)` is called once the workers are up (tests use it to find the
-    workers' processes)."""
+    workers' processes); `runtime_env`: for connect."""
     start = time.perf_counter()
     ray = import_ray()
     out_dir = Path(out_dir)
@@ -286,12 +387,12 @@ def run_batch_on_ray(jobs: list[Job], out_dir, *, address: str = "local", worker
     todo, skipped = pending_jobs(jobs, out_dir)
     if not todo:
         return summarise(jobs, [], skipped, out_dir, start)
-    ours = connect(ray, address, workers)
+    ours = connect(ray, address, workers, runtime_env)
     batch = None
     try:
         specs = plan_workers(ray.nodes(), workers, device)
-        batch = RayBatch(ray, specs, out_dir, device=device, max_resident=max_resident, progress=progress,
-                         on_result=on_result, max_attempts=max_attempts)
+        batch = RayBatch(ray, specs, out_dir, max_resident=max_resident, progress=progress, on_result=on_result,
+                         max_attempts=max_attempts)
         batch.start()
         if started is not None:
             started(batch)

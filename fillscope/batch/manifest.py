@@ -5,12 +5,12 @@
      "guidance": 30, "grow": 8}
 
 Required: id, family (FAMILIES), models, image, mask, prompt, seed, steps, dtype. Optional: negative (the families
-that take one), tokenizers ({"clip", "t5"} or {"qwen"}: folders for weights that bring none), and any sampler or
-mask option by its node input name (`valid_options`: the keyword names of the family's `run` and the mask options
-of masks.prepare_image_and_mask). `models`: a diffusers folder, a single file, "placeholder" or "meta" for every
-component, or an object naming each component's source (keys: the pipeline's COMPONENTS; "default" for the
-components not named). `mask`: a greyscale PNG (white = repaint) or "alpha" (1 - the image's alpha). Relative
-paths are read from the manifest's folder.
+that take one), parallel (ranks for the one image: 1, 2, 4, 8; SD3 1 or 2), tokenizers ({"clip", "t5"} or
+{"qwen"}: folders for weights that bring none), and any sampler or mask option by its node input name
+(`valid_options`: the keyword names of the family's `run` and the mask options of masks.prepare_image_and_mask).
+`models`: a diffusers folder, a single file, "placeholder" or "meta" for every component, or an object naming each
+component's source (keys: the pipeline's COMPONENTS; "default" for the components not named). `mask`: a greyscale
+PNG (white = repaint) or "alpha" (1 - the image's alpha). Relative paths are read from the manifest's folder.
 
 `read_manifest` checks every line before anything runs. Problems of the manifest itself (a line that is not a JSON
 object, an id missing, unsafe as a file name or used twice) always stop it; problems of one job (unknown family,
@@ -42,12 +42,14 @@ DTYPES = ("bf16", "fp16", "fp32")
 TOKENIZERS = {"flux-fill": ("clip", "t5"), "sd3-controlnet": ("clip", "t5"), "klein-4b": ("qwen",),
               "klein-9b": ("qwen",)}
 WEIGHT_NAMES = ("meta", "placeholder")  # sources that are no path
-# run()'s keywords that are no job option: hooks, and a process group's rank count (how a run is spread, not what
-# it computes; an in-process batch has no group)
+# run()'s keywords that are no option of the job's sampler: hooks, and `parallel` (a job's own key: its ranks)
 RUN_HOOKS = ("callback", "noise", "observe", "timings", "place", "parallel")
 TOP_LEVEL = {"steps": "steps", "seed": "seed", "negative_prompt": "negative"}  # run() keyword -> the job's key
 FILE_OPTIONS = ("soft_mask", "reference")  # options whose value is an image file ("alpha" also for soft_mask)
 MASK_NAMES = {"invert": "invert_mask"}  # prepare_image_and_mask's keyword -> the node input's name
+# ranks one job may run on: Ulysses degrees (the transformer's head count is checked when it runs); SD3: CFG parallel
+PARALLEL_DEGREES = {"flux-fill": (1, 2, 4, 8), "sd3-controlnet": (1, 2), "klein-4b": (1, 2, 4, 8),
+                    "klein-9b": (1, 2, 4, 8)}
 SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 MAX_SHOWN = 20  # problems listed in one ManifestError
 MAX_FINGERPRINT_FILES = 20000
@@ -69,6 +71,7 @@ class Job:
     dtype: str = "bf16"
     negative: str | None = None
     tokenizers: dict = field(default_factory=dict)  # "clip" / "t5" / "qwen" -> folder
+    parallel: int = 1  # ranks for this one image (Ulysses for FLUX Fill / klein, CFG parallel for SD3)
     options: dict = field(default_factory=dict)  # node input name -> value (file options resolved)
     line: dict = field(default_factory=dict)
     line_number: int = 0
@@ -225,12 +228,20 @@ def job_from_line(obj: dict, line: int = 0, base: Path | str = ".") -> tuple[Job
     if "negative" in obj and not pipeline.TAKES_NEGATIVE_PROMPT:
         add("negative", f"{family} takes no negative prompt (it runs without classifier-free guidance).",
             "remove negative from this job.")
+    if "parallel" in obj:
+        allowed = PARALLEL_DEGREES[family]
+        if isinstance(obj["parallel"], bool) or obj["parallel"] not in allowed:
+            degrees = ", ".join(map(str, allowed[:-1])) + f" or {allowed[-1]}"
+            add("parallel", f"is {json.dumps(obj['parallel'])}; {family} runs one image on {degrees} ranks.",
+                f"use one of {', '.join(map(str, allowed))} (1: one process).")
+        else:
+            job.parallel = obj["parallel"]
     if "models" in obj:
         job.models = _models(family, obj["models"], base, add)
     if "tokenizers" in obj:
         job.tokenizers = _tokenizers(family, obj["tokenizers"], base, add)
     options = valid_options(family)
-    for name in sorted(set(obj) - set(REQUIRED) - {"negative", "tokenizers"}):
+    for name in sorted(set(obj) - set(REQUIRED) - {"negative", "tokenizers", "parallel"}):
         if name not in options:
             add(name, f"is no option of {family}.", f"use one of: {', '.join(sorted(options))}.")
             continue
@@ -267,17 +278,18 @@ def _id_problem(obj: dict, line: int, seen: dict) -> FillScopeInputError | None:
     return None
 
 
-def read_manifest(path, *, strict: bool = True) -> list[Job]:
+def read_manifest(path, *, strict: bool = True, base=None) -> list[Job]:
     """Every job of a JSON-lines manifest, checked before anything runs (blank lines and lines starting with #
     are skipped). Raises ManifestError listing every problem; with strict=False a job's own problems are set on
-    it (Job.error: it fails alone) and only the manifest's (JSON, ids) raise."""
+    it (Job.error: it fails alone) and only the manifest's (JSON, ids) raise. Relative paths are read from
+    `base`, by default the manifest's folder with its links resolved."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise FillScopeInputError("manifest", f"'{path}' could not be read ({getattr(e, 'strerror', None) or e}).",
                                   "give the path of a JSON-lines file, one job per line.") from None
-    base = path.resolve().parent
+    base = path.resolve().parent if base is None else Path(base)
     jobs, fatal, seen = [], [], {}
     for n, raw in enumerate(text.splitlines(), 1):
         if not raw.strip() or raw.lstrip().startswith("#"):
@@ -307,6 +319,22 @@ def read_manifest(path, *, strict: bool = True) -> list[Job]:
     if fatal:
         raise ManifestError(path, fatal)
     return jobs
+
+
+def job_paths(job: Job) -> list[tuple[str, str]]:
+    """Every file or folder the job reads, as (its field, the path as the job holds it): image, mask, soft_mask and
+    reference (not "alpha"), each component's model source (not "meta" / "placeholder") as "models.<component>",
+    each tokenizer folder as "tokenizers.<kind>". For a caller that lets a batch read only some folders."""
+    paths = [("image", job.image)] if job.image else []
+    if job.mask and job.mask != "alpha":
+        paths.append(("mask", job.mask))
+    for name in FILE_OPTIONS:
+        value = job.options.get(name)
+        if isinstance(value, str) and value and not (name == "soft_mask" and value == "alpha"):
+            paths.append((name, value))
+    paths += [(f"models.{c}", s) for c, s in job.models.items() if s not in WEIGHT_NAMES]
+    paths += [(f"tokenizers.{k}", v) for k, v in job.tokenizers.items()]
+    return paths
 
 
 # --- keys -------------------------------------------------------------------------------------------------------------

@@ -233,19 +233,41 @@ def run_job(job: Job, cache: ModelCache, out_dir, *, key: str | None = None) -> 
     return compute_job(job, cache, key=key).write(out_dir)
 
 
-def compute_job(job: Job, cache: ModelCache, *, key: str | None = None) -> JobOutput:
-    """One job, whole, its files as bytes (nothing written); a failure is returned as the result's error."""
+def compute_job(job: Job, cache: ModelCache, *, key: str | None = None, in_group: bool = False) -> JobOutput:
+    """One job, whole, its files as bytes (nothing written); a failure is returned as the result's error.
+    A job with `parallel` > 1 runs on that many local ranks (spawned processes, gloo), each loading its own stack;
+    `in_group`: this call is already one of those ranks (a Ray worker of a group, or a spawned rank)."""
     start = time.perf_counter()
     key = key or job_key(job, job_fingerprint(job))
     if job.error:  # a problem of its manifest line (read_manifest(strict=False))
         return JobOutput(JobResult(job.id, key, "error", 0.0, error=job.error), {})
     try:
-        return _compute(job, cache, key, start)
+        if job.parallel > 1 and not in_group:
+            output = _compute_on_local_ranks(job, cache.device, key)
+            output.result.seconds = time.perf_counter() - start  # the ranks' start included
+            return output
+        return _compute(job, cache, key, start, parallel=job.parallel if in_group else 1)
     except Exception as e:  # noqa: BLE001  (a job fails alone; the batch goes on)
         return JobOutput(JobResult(job.id, key, "error", time.perf_counter() - start, error=describe_error(e)), {})
 
 
-def _compute(job: Job, cache: ModelCache, key: str, start: float) -> JobOutput:
+def compute_on_rank(job: Job, key: str, device: str) -> JobOutput:
+    """A rank function (launch.run_on_ranks): the job as one rank of its group, on a stack loaded here."""
+    return compute_job(job, ModelCache(1, device), key=key, in_group=True)
+
+
+def _compute_on_local_ranks(job: Job, device: str, key: str) -> JobOutput:
+    from ..parallel.launch import run_on_ranks
+    from ..weights import resolve_device
+
+    if resolve_device(device, "") == "cuda":
+        raise FillScopeInputError(
+            "parallel", f"is {job.parallel}: a batch in this process runs a parallel job on CPU ranks only (gloo).",
+            "run the batch on Ray (--ray local): one worker a GPU, and a parallel job on that many of them (nccl).")
+    return run_on_ranks(compute_on_rank, job.parallel, job, key, "cpu")
+
+
+def _compute(job: Job, cache: ModelCache, key: str, start: float, parallel: int = 1) -> JobOutput:
     rec = ShapeRecorder("batch", f"{job.family} job {job.id}", table=TABLES[job.family])
     image, _ = load_image(job.image)
     mask = load_mask(job.mask, job.image)
@@ -268,6 +290,8 @@ def _compute(job: Job, cache: ModelCache, key: str, start: float) -> JobOutput:
 
     stack, load_s = cache.stack(job)
     rec.fact("stack", f"loaded in {load_s:.2f} s" if load_s else "resident")
+    if parallel > 1:
+        run_kw["parallel"] = parallel
     done = job.pipeline.run(stack, job.prompt, prepared, steps=job.steps, seed=job.seed, observe=rec.observe, **run_kw)
     out = paste_back(done.image.to(prepared.source.device), prepared.source, prepared.paste_mask)  # [1,H,W,3]
     rec.tensor("image", out)

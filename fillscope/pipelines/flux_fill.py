@@ -319,11 +319,12 @@ class FluxFillResult:
 
 def run(stack: dict[str, Component], prompt: str, prepared: PreparedInput, *, steps: int = 28,
         guidance: float = 30.0, seed: int = 0, denoise: float = 1.0, callback=None, noise=None,
-        observe=None, timings: dict | None = None, place=None, soft_mask=None) -> FluxFillResult:
+        observe=None, timings: dict | None = None, place=None, soft_mask=None, parallel: int = 1) -> FluxFillResult:
     """The whole pipeline on a stack named as COMPONENTS (steps 1-4 above, in order). `timings`, when a dict,
     receives each step's wall time under its function's name; `place(components)`, when given, is a context
     manager around each step that puts that step's components where they run (placement.placer). `soft_mask`:
-    differential diffusion in step 3 (sample_flux_fill)."""
+    differential diffusion in step 3 (sample_flux_fill); `parallel`: this call is one of that many ranks of a
+    process group (sample_flux_fill)."""
     clip_l, t5, transformer, vae = (stack[name] for name in COMPONENTS)
     with stage("encode_prompt", [clip_l, t5], timings=timings, place=place):
         flux_text = encode_prompt(clip_l, t5, prompt, observe=observe)  # 1
@@ -332,7 +333,7 @@ def run(stack: dict[str, Component], prompt: str, prepared: PreparedInput, *, st
     with stage("sample_flux_fill", [transformer], timings=timings, place=place):
         latent = sample_flux_fill(transformer, flux_text, condition, steps=steps, guidance=guidance, seed=seed,
                                   denoise=denoise, callback=callback, noise=noise, observe=observe,
-                                  soft_mask=soft_mask)  # 3
+                                  soft_mask=soft_mask, parallel=parallel)  # 3
     with stage("decode_to_image", [vae], timings=timings, place=place):
         image = decode_to_image(vae, latent, observe=observe)  # 4
     return FluxFillResult(flux_text, condition, latent, image)

@@ -514,9 +514,10 @@ def run(stack: dict[str, Component], prompt: str, prepared: PreparedInput, *, re
         negative_prompt: str = "", steps: int = DISTILLED_STEPS, guidance: float = BASE_GUIDANCE,
         model_type: str = "auto", strength: float = 1.0, token_mask: str = "cover", seed: int = 0,
         callback=None, noise=None, observe=None, timings: dict | None = None, place=None,
-        soft_mask=None) -> KleinResult:
+        soft_mask=None, parallel: int = 1) -> KleinResult:
     """Inpaint: the whole pipeline on a stack named as COMPONENTS (steps 1-4 above, in order). `timings` and
-    `place` as in flux_fill.run; `soft_mask`: differential diffusion in step 3 (sample_klein)."""
+    `place` as in flux_fill.run; `soft_mask`: differential diffusion in step 3 (sample_klein); `parallel`: this call
+    is one of that many ranks of a process group."""
     qwen3, transformer, vae = (stack[name] for name in COMPONENTS)
     distilled, _ = resolve_distilled(transformer, model_type)
     use_cfg = guidance > 1.0 and not distilled
@@ -527,7 +528,7 @@ def run(stack: dict[str, Component], prompt: str, prepared: PreparedInput, *, re
     with stage("sample_klein", [transformer], timings=timings, place=place):
         latent = sample_klein(transformer, positive, condition, steps=steps, guidance=guidance, distilled=distilled,
                               negative=negative, strength=strength, seed=seed, callback=callback, noise=noise,
-                              observe=observe, soft_mask=soft_mask)  # 3
+                              observe=observe, soft_mask=soft_mask, parallel=parallel)  # 3
     with stage("decode_to_image", [vae], timings=timings, place=place):
         image = decode_to_image(vae, latent, observe=observe)  # 4
     return KleinResult(positive, negative, condition, latent, image)

@@ -439,12 +439,13 @@ def run(stack: dict[str, Component], prompt: str, prepared: PreparedInput, *, ne
         steps: int = 28, cfg: float = 7.0, control_scale: float = 0.95, control_start: float = 0.0,
         control_end: float = 1.0, shift: float | None = None, seed: int = 0, denoise: float = 1.0,
         residual_mapping: str = "one_to_one", callback=None, noise=None, observe=None,
-        timings: dict | None = None, place=None, soft_mask=None) -> SD3ControlNetResult:
+        timings: dict | None = None, place=None, soft_mask=None, parallel: int = 1) -> SD3ControlNetResult:
     """The whole pipeline on a stack named as COMPONENTS (steps 1-4 above, in order). The negative prompt is
     encoded only when CFG is on; `observe` sees the positive prompt's text tensors. `timings`, when a dict,
     receives each step's wall time under its function's name; `place(components)`, when given, is a context
     manager around each step that puts that step's components where they run (placement.placer). `soft_mask`:
-    differential diffusion in step 3 (sample_sd3_controlnet_inpaint)."""
+    differential diffusion in step 3 (sample_sd3_controlnet_inpaint); `parallel` 2: CFG parallel, this call one of
+    the 2 ranks of a process group."""
     clip_l, clip_g, t5, transformer, controlnet, vae = (stack[name] for name in COMPONENTS)
     with stage("encode_prompt", [clip_l, clip_g, t5], timings=timings, place=place):
         positive = encode_prompt(clip_l, clip_g, t5, prompt, observe=observe)  # 1
@@ -455,7 +456,8 @@ def run(stack: dict[str, Component], prompt: str, prepared: PreparedInput, *, ne
         latent = sample_sd3_controlnet_inpaint(  # 3
             transformer, controlnet, positive, negative, condition, steps=steps, cfg=cfg, control_scale=control_scale,
             control_start=control_start, control_end=control_end, shift=shift, seed=seed, denoise=denoise,
-            residual_mapping=residual_mapping, callback=callback, noise=noise, observe=observe, soft_mask=soft_mask)
+            residual_mapping=residual_mapping, callback=callback, noise=noise, observe=observe, soft_mask=soft_mask,
+            parallel=parallel)
     with stage("decode_to_image", [vae], timings=timings, place=place):
         image = decode_to_image(vae, latent, observe=observe)  # 4
     return SD3ControlNetResult(positive, negative, condition, latent, image)
