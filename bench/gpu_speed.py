@@ -1,5 +1,7 @@
-"""GPU speed: the FLUX.1 Fill sampler's cost per step, FillScope with each attention backend and with regional
-torch.compile, against diffusers' FluxFillPipeline measured in the same run on the same component objects.
+"""GPU speed: the FLUX.1 Fill sampler's cost per step, FillScope with each attention backend, fused q/k/v and
+regional torch.compile, against diffusers' FluxFillPipeline measured in the same run on the same component objects;
+then the step caches (fillscope.speed: first-block, mag, taylorseer) as whole runs, their speed-up beside their PSNR
+inside the mask against the run without a cache.
 
 Per step = (t(N2 steps) - t(N1 steps)) / (N2 - N1): text encoding, VAE encode and set-up cancel out on both
 sides, so the figure is the denoiser step alone (FillScope: `sample_flux_fill`; diffusers: the pipeline with
@@ -51,6 +53,8 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile variant (its compile takes minutes)")
     ap.add_argument("--tiny", action="store_true")
+    ap.add_argument("--cache-steps", type=int, default=28,
+                    help="steps of the whole runs that compare the step caches (first-block, mag, taylorseer)")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     import torch
@@ -118,8 +122,41 @@ def main() -> int:
     for backend in BACKENDS:
         variant(f"FillScope + {backend}", lambda b=backend: model.set_attention_backend(b),
                 lambda: model.set_attention_backend("native"))
+    variant("FillScope + fused q/k/v", model.fuse_qkv_projections, model.unfuse_qkv_projections)
     if not args.no_compile:
         variant("FillScope + compile_repeated_blocks", lambda: model.compile_repeated_blocks(fullgraph=True), lambda: None)
+
+    # step caches: whole runs (what they skip depends on the step count), time and quality beside each other;
+    # quality = PSNR inside the mask of the decoded image against the run without a cache
+    from fillscope.speed import STEP_CACHES
+
+    hole = cond.prepared.paste_mask[0, ..., 0] > 0.5  # [H,W]
+
+    def whole(kind):
+        sync()
+        t0 = time.perf_counter()
+        out = flux_fill.sample_flux_fill(stack["transformer"], flux_text, cond, steps=args.cache_steps, guidance=30.0,
+                                         seed=0, step_cache=kind)
+        sync()
+        seconds = time.perf_counter() - t0
+        image = flux_fill.decode_to_image(stack["vae"], out)[0].float()  # [H,W,3]
+        return seconds, out, image
+
+    caches = results["step_caches"] = {"steps": args.cache_steps}
+    base_s, base_out, base_img = whole("off")
+    caches["off"] = {"seconds": base_s}
+    for kind in STEP_CACHES[1:]:
+        try:
+            seconds, out, image = whole(kind)
+            err = (image - base_img)[hole.to(image.device)]  # [pixels in the mask, 3]
+            mse = float((err ** 2).mean())
+            caches[kind] = {"seconds": seconds, "speed_up": base_s / seconds,
+                            "psnr_in_mask_db": float("inf") if mse == 0 else 10 * __import__("math").log10(1 / mse),
+                            "rel_err_latents": rel_err(out.latents, base_out.latents),
+                            **{k: v for k, v in out.info.items() if k.startswith(("last_block", "transformer_calls"))}}
+        except Exception:
+            caches[kind] = {"error": traceback.format_exc()[-1500:]}
+            print(f"--- step cache {kind} failed ---\n{caches[kind]['error']}")
 
     (args.out / "gpu_speed.json").write_text(json.dumps(results, indent=1))
     base = results["variants"]["diffusers FluxFillPipeline"]["ms_per_step"]
@@ -132,6 +169,17 @@ def main() -> int:
         err = f"{r['rel_err_vs_default']:.2e}" if "rel_err_vs_default" in r else "-"
         first = f"{r['first_call_s']:.1f}" if "first_call_s" in r else "-"
         print(f"{label:<38} {r['ms_per_step']:>8.1f} {r['ms_per_step'] / base:>13.3f} {err:>19} {first:>13}")
+    print(f"\nstep caches, {caches['steps']} steps, whole runs (seconds; PSNR inside the mask against no cache)")
+    print(f"{'cache':<12} {'seconds':>8} {'speed-up':>9} {'PSNR dB':>8} {'skipped calls':>14}")
+    print(f"{'off':<12} {caches['off']['seconds']:>8.2f} {1.0:>9.2f} {'-':>8} {'-':>14}")
+    for kind, r in caches.items():
+        if kind in ("steps", "off"):
+            continue
+        if "error" in r:
+            print(f"{kind:<12} failed (see above)")
+            continue
+        skipped = f"{r.get('last_block_skipped', '?')}/{r.get('transformer_calls', '?')}"
+        print(f"{kind:<12} {r['seconds']:>8.2f} {r['speed_up']:>9.2f} {r['psnr_in_mask_db']:>8.1f} {skipped:>14}")
     return 0
 
 

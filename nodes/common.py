@@ -455,6 +455,21 @@ def soft_mask_input():
     return io.Mask.Input("soft_mask", optional=True, tooltip=SOFT_MASK_TOOLTIP)
 
 
+def step_cache_inputs(kinds):
+    """The samplers' advanced `step_cache` and `cache_threshold` (fillscope.speed), after every other input so saved
+    workflows keep their widget values' order."""
+    return [
+        advanced(io.Combo.Input("step_cache", options=list(kinds), default="off", optional=True,
+                                tooltip="Reuse the transformer's work of an earlier step when it changes little "
+                                        "(diffusers' step caches): faster, at a quality cost the shapes report counts "
+                                        "(steps whose last block was skipped). off: the sampler exactly as without.")),
+        advanced(io.Float.Input("cache_threshold", default=0.05, min=0.0, max=10.0, step=0.01, optional=True,
+                                tooltip="How much change a cached step may hide: higher skips more. diffusers' "
+                                        "defaults: first-block 0.05, mag 0.06; taylorseer ignores it (a full step "
+                                        "every 5).")),
+    ]
+
+
 def check_soft_mask(rec, soft_mask, condition, to_latent) -> None:
     """Before any model is placed: the soft mask against the condition (size, batch, NaN), by the family's
     `soft_mask_latent`; the input's shape on the record (the latent grid's comes from the sampler, soft_mask.latent,

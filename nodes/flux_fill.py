@@ -5,6 +5,7 @@ from __future__ import annotations
 from comfy_api.latest import io
 
 from ..fillscope.pipelines.flux_fill import build_fill_condition, check_text, sample_flux_fill, soft_mask_latent
+from ..fillscope.speed import STEP_CACHES
 from . import common as c
 from .base import FillScopeNode
 
@@ -64,6 +65,7 @@ class FluxFillSampler(FillScopeNode):
                 io.Float.Input("denoise", default=1.0, min=0.01, max=1.0, step=0.01,
                                tooltip="Below 1: start from the noised source image and run the last steps only."),
                 c.soft_mask_input(),
+                *c.step_cache_inputs(STEP_CACHES),
             ],
             outputs=[c.Latent.Output("latent", display_name="latent"), c.shapes_output()],
         )
@@ -81,10 +83,11 @@ class FluxFillSampler(FillScopeNode):
                 "soft_mask": soft_mask, **rest}
 
     @classmethod
-    def run(cls, rec, transformer, flux_text, condition, seed, steps, guidance, denoise, soft_mask=None):
+    def run(cls, rec, transformer, flux_text, condition, seed, steps, guidance, denoise, soft_mask=None,
+            step_cache="off", cache_threshold=None):
         out = sample_flux_fill(transformer, flux_text, condition, steps=steps, guidance=guidance, seed=seed,
                                denoise=denoise, callback=c.progress_callback(steps), observe=rec.observe,
-                               soft_mask=soft_mask)
+                               soft_mask=soft_mask, step_cache=step_cache or "off", cache_threshold=cache_threshold)
         c.record_sampler_result(rec, out, transformer)
         record_shift_range(rec, out.info)
         return out

@@ -21,6 +21,7 @@ from ..fillscope.pipelines.klein import (
     transformer_variant,
 )
 from ..fillscope.specs import shipped_config
+from ..fillscope.speed import KLEIN_STEP_CACHES
 from . import common as c
 from .base import FillScopeNode
 
@@ -194,6 +195,7 @@ class KleinSampler(FillScopeNode):
                                   tooltip="The negative prompt's Qwen3 Encode (an empty prompt, as diffusers): needed by "
                                           "base models with guidance > 1; unused by distilled ones."),
                 c.soft_mask_input(),
+                *c.step_cache_inputs(KLEIN_STEP_CACHES),
             ],
             outputs=[c.Latent.Output("latent", display_name="latent"), c.shapes_output()],
         )
@@ -231,10 +233,11 @@ class KleinSampler(FillScopeNode):
 
     @classmethod
     def run(cls, rec, transformer, positive, condition, steps, guidance, negative, distilled, seed, strength,
-            soft_mask=None):
+            soft_mask=None, step_cache="off", cache_threshold=None):
         out = sample_klein(transformer, positive, condition, steps=steps, guidance=guidance, distilled=distilled,
                            negative=negative, strength=strength, seed=seed, callback=c.progress_callback(steps),
-                           observe=rec.observe, soft_mask=soft_mask)
+                           observe=rec.observe, soft_mask=soft_mask, step_cache=step_cache or "off",
+                           cache_threshold=cache_threshold)
         c.record_sampler_result(rec, out, transformer)
         return out
 

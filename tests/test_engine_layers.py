@@ -196,7 +196,7 @@ LAYERS = {
     "fillscope.text": 2, "fillscope.vae": 2, "fillscope.masks": 2, "fillscope.lora": 2,
     "fillscope.compositing": 2,
     "fillscope.condition": 3, "fillscope.sampling": 3, "fillscope.decode": 3,
-    "fillscope.parallel": 3,
+    "fillscope.parallel": 3, "fillscope.speed": 3,
     "fillscope.pipelines": 4,
     "fillscope.trace": 5, "fillscope.batch": 5,
     "fillscope.cli": 6, "fillscope.__main__": 6,

@@ -101,7 +101,8 @@ def test_object_info_lists_the_klein_nodes_and_files(server):
     for name, inputs in KLEIN_NODES.items():
         assert info[name]["input_order"]["required"] == inputs, name
         assert info[name]["category"].startswith("FillScope")
-    assert info["FillScopeKleinSampler"]["input_order"]["optional"] == ["negative", "soft_mask"]
+    assert info["FillScopeKleinSampler"]["input_order"]["optional"] == ["negative", "soft_mask", "step_cache",
+                                                                         "cache_threshold"]
     assert info["FillScopeKleinInpaintCondition"]["input_order"]["optional"] == ["masked_fill", "reference"]
     assert info["FillScopeKleinSampler"]["output"] == ["FS_LATENT", "STRING"]
     assert info["FillScopeQwen3Encode"]["output"] == ["FS_KLEIN_TEXT", "STRING"]

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .. import speed
 from .. import text as text_ops
 from .. import vae as vae_ops
 from ..condition import ConditionSource
@@ -185,6 +186,8 @@ def sample_flux_fill(
     observe=None,
     soft_mask=None,
     parallel: int = 1,
+    step_cache: str = "off",
+    cache_threshold: float | None = None,
 ) -> SampledLatent:
     """Step 3. Flow-matching Euler over FLUX Fill. `callback(step, total)` runs after every step (ComfyUI's progress
     bar raises from it on interrupt). `noise` overrides the seeded initial noise [B,16,h,w].
@@ -197,10 +200,15 @@ def sample_flux_fill(
 
     `parallel` > 1: this call is one of `parallel` ranks of a process group, each called with the same inputs;
     the transformer runs with Ulysses context parallelism (fillscope.parallel.context) and every rank returns the
-    same latents. 1 (the default): one process, as always."""
+    same latents. 1 (the default): one process, as always.
+
+    `step_cache` (first-block / mag / taylorseer; "off" by default): a diffusers step cache for this run
+    (fillscope.speed), `cache_threshold` its threshold; what it skipped is in the info."""
     import torch
 
     observe = observer_or_noop(observe)
+    speed.check_step_cache(step_cache, cache_threshold)
+    speed.check_with_parallel(step_cache, parallel)
     check_finite_settings(("guidance", guidance, "a finite number (FLUX.1 Fill [dev] is tuned for 30)"))
     check_steps_and_denoise(steps, denoise)
     model = transformer.model
@@ -256,21 +264,23 @@ def sample_flux_fill(
     observe("txt_ids", txt_ids)
     observe("img_ids", img_ids)
     on_device = sigmas.to(device)  # once: no host<->device copy per step
-    with torch.inference_mode(), context_parallel(model, parallel):  # parallel 1: the model as it is
+    with (torch.inference_mode(), context_parallel(model, parallel),  # parallel 1: the model as it is
+          speed.step_cache(model, step_cache, run_steps, cache_threshold) as cache):  # off: None, nothing on
         for i in range(run_steps):
             t = on_device[i] * 1000.0
             timestep = t.expand(b).to(dtype)
             model_input = torch.cat([x, condition], dim=2)  # [B,N,384]
-            velocity = model(
-                hidden_states=model_input,
-                timestep=timestep / 1000,
-                guidance=guidance_vec,
-                pooled_projections=pooled,
-                encoder_hidden_states=hidden_text,
-                txt_ids=txt_ids,
-                img_ids=img_ids,
-                return_dict=False,
-            )[0]  # [B,N,64]
+            with speed.cache_context(model, cache, "cond"):
+                velocity = model(
+                    hidden_states=model_input,
+                    timestep=timestep / 1000,
+                    guidance=guidance_vec,
+                    pooled_projections=pooled,
+                    encoder_hidden_states=hidden_text,
+                    txt_ids=txt_ids,
+                    img_ids=img_ids,
+                    return_dict=False,
+                )[0]  # [B,N,64]
             if i == 0:
                 observe("transformer.input", model_input)
                 observe("transformer.output", velocity)
@@ -294,6 +304,8 @@ def sample_flux_fill(
         info["differential_diffusion"] = soft_facts
     if parallel != 1:
         info["context_parallel"] = rank_shapes(cfg, parallel, n_tokens, hidden_text.shape[1], b)
+    if cache is not None:
+        info.update(cache.facts())
     return SampledLatent(out, cond.prepared, "flux", info=info)
 
 
@@ -319,7 +331,8 @@ class FluxFillResult:
 
 def run(stack: dict[str, Component], prompt: str, prepared: PreparedInput, *, steps: int = 28,
         guidance: float = 30.0, seed: int = 0, denoise: float = 1.0, callback=None, noise=None,
-        observe=None, timings: dict | None = None, place=None, soft_mask=None, parallel: int = 1) -> FluxFillResult:
+        observe=None, timings: dict | None = None, place=None, soft_mask=None, parallel: int = 1,
+        step_cache: str = "off", cache_threshold: float | None = None) -> FluxFillResult:
     """The whole pipeline on a stack named as COMPONENTS (steps 1-4 above, in order). `timings`, when a dict,
     receives each step's wall time under its function's name; `place(components)`, when given, is a context
     manager around each step that puts that step's components where they run (placement.placer). `soft_mask`:
@@ -333,7 +346,8 @@ def run(stack: dict[str, Component], prompt: str, prepared: PreparedInput, *, st
     with stage("sample_flux_fill", [transformer], timings=timings, place=place):
         latent = sample_flux_fill(transformer, flux_text, condition, steps=steps, guidance=guidance, seed=seed,
                                   denoise=denoise, callback=callback, noise=noise, observe=observe,
-                                  soft_mask=soft_mask, parallel=parallel)  # 3
+                                  soft_mask=soft_mask, parallel=parallel, step_cache=step_cache,
+                                  cache_threshold=cache_threshold)  # 3
     with stage("decode_to_image", [vae], timings=timings, place=place):
         image = decode_to_image(vae, latent, observe=observe)  # 4
     return FluxFillResult(flux_text, condition, latent, image)

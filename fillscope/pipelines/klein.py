@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .. import speed
 from .. import text as text_ops
 from .. import vae as vae_ops
 from ..condition import ConditionSource
@@ -39,22 +40,9 @@ from ..errors import FillScopeInputError
 from ..masks import PreparedInput
 from ..observe import observer_or_noop, stage
 from ..parallel.context import check_parallel, context_parallel, rank_shapes
-from ..sampling import (
-    blend_with_source,
-    check_finite_settings,
-    check_steps_and_denoise,
-    describe_soft_mask,
-    differential_mask,
-    differential_range,
-    euler_step,
-    flux_sigma_min,
-    flux_sigmas,
-    initial_noise,
-    require_finite_first_step,
-    require_finite_result,
-    soft_mask_to_latent,
-    truncate_for_denoise,
-)
+from ..sampling import (blend_with_source, check_finite_settings, check_steps_and_denoise, describe_soft_mask,
+                        differential_mask, differential_range, euler_step, flux_sigma_min, flux_sigmas, initial_noise,
+                        require_finite_first_step, require_finite_result, soft_mask_to_latent, truncate_for_denoise)
 from ..specs import shipped_config
 from ..weights import Component, load_component
 
@@ -356,6 +344,8 @@ def sample_klein(
     observe=None,
     soft_mask=None,
     parallel: int = 1,
+    step_cache: str = "off",
+    cache_threshold: float | None = None,
 ) -> SampledLatent:
     """Step 3. Flow-matching Euler. Distilled models: one transformer call a step, guidance ignored. Base models
     with guidance > 1: classifier-free guidance against `negative` (the encoded "" unless given). `strength` < 1
@@ -368,8 +358,14 @@ def sample_klein(
     ComfyUI's ModelSamplingFlux one at this run's mu.
 
     `parallel` > 1: one of `parallel` ranks of a process group called with the same inputs, the transformer under
-    Ulysses context parallelism (fillscope.parallel); every rank returns the same latents. 1: one process."""
+    Ulysses context parallelism (fillscope.parallel); every rank returns the same latents. 1: one process.
+
+    `step_cache` / `cache_threshold`: as sample_flux_fill (the positive and negative calls keep separate cache
+    states, as diffusers' pipelines do)."""
     import torch
+
+    speed.check_step_cache(step_cache, cache_threshold)
+    speed.check_with_parallel(step_cache, parallel)
 
     observe = observer_or_noop(observe)
     check_finite_settings(("guidance", guidance, "a finite number (base models: 4; ignored by distilled ones)"),
@@ -440,16 +436,20 @@ def sample_klein(
     observe("noisy_latents.packed", x)
     observe("img_ids", img_ids)
     observe("txt_ids", txt_ids)
-    with torch.inference_mode(), context_parallel(model, parallel):  # parallel 1: the model as it is
+    with (torch.inference_mode(), context_parallel(model, parallel),  # parallel 1: the model as it is
+          speed.step_cache(model, step_cache, run_steps, cache_threshold) as cache):  # off: None, nothing on
         for i in range(run_steps):
             timestep = (on_device[i] * 1000.0).expand(b).to(x.dtype) / 1000
             model_input = torch.cat([x, references], dim=1).to(dtype)  # [B,N+Nref,128]
-            out = model(hidden_states=model_input, timestep=timestep, guidance=None, encoder_hidden_states=prompt,
-                        txt_ids=txt_ids, img_ids=img_ids, return_dict=False)[0]  # [B,N+Nref,128]
+            with speed.cache_context(model, cache, "cond"):
+                out = model(hidden_states=model_input, timestep=timestep, guidance=None, encoder_hidden_states=prompt,
+                            txt_ids=txt_ids, img_ids=img_ids, return_dict=False)[0]  # [B,N+Nref,128]
             velocity = out[:, :n_tokens]  # [B,N,128]: the reference tokens' outputs are not used
             if use_cfg:
-                uncond = model(hidden_states=model_input, timestep=timestep, guidance=None, encoder_hidden_states=neg,
-                               txt_ids=neg_ids, img_ids=img_ids, return_dict=False)[0][:, :n_tokens]
+                with speed.cache_context(model, cache, "uncond"):
+                    uncond = model(hidden_states=model_input, timestep=timestep, guidance=None,
+                                   encoder_hidden_states=neg, txt_ids=neg_ids, img_ids=img_ids,
+                                   return_dict=False)[0][:, :n_tokens]
                 velocity = uncond + guidance * (velocity - uncond)
             if i == 0:
                 observe("transformer.input", model_input)
@@ -479,6 +479,8 @@ def sample_klein(
         info["differential_diffusion"] = soft_facts
     if parallel != 1:
         info["context_parallel"] = rank_shapes(cfg, parallel, n_tokens + references.shape[1], prompt.shape[1], b)
+    if cache is not None:
+        info.update(cache.facts())
     return SampledLatent(out_latents, cond.prepared, "flux2", info=info)
 
 
@@ -514,7 +516,8 @@ def run(stack: dict[str, Component], prompt: str, prepared: PreparedInput, *, re
         negative_prompt: str = "", steps: int = DISTILLED_STEPS, guidance: float = BASE_GUIDANCE,
         model_type: str = "auto", strength: float = 1.0, token_mask: str = "cover", seed: int = 0,
         callback=None, noise=None, observe=None, timings: dict | None = None, place=None,
-        soft_mask=None, parallel: int = 1) -> KleinResult:
+        soft_mask=None, parallel: int = 1, step_cache: str = "off", cache_threshold: float | None = None
+        ) -> KleinResult:
     """Inpaint: the whole pipeline on a stack named as COMPONENTS (steps 1-4 above, in order). `timings` and
     `place` as in flux_fill.run; `soft_mask`: differential diffusion in step 3 (sample_klein); `parallel`: this call
     is one of that many ranks of a process group."""
@@ -528,7 +531,8 @@ def run(stack: dict[str, Component], prompt: str, prepared: PreparedInput, *, re
     with stage("sample_klein", [transformer], timings=timings, place=place):
         latent = sample_klein(transformer, positive, condition, steps=steps, guidance=guidance, distilled=distilled,
                               negative=negative, strength=strength, seed=seed, callback=callback, noise=noise,
-                              observe=observe, soft_mask=soft_mask, parallel=parallel)  # 3
+                              observe=observe, soft_mask=soft_mask, parallel=parallel, step_cache=step_cache,
+                              cache_threshold=cache_threshold)  # 3
     with stage("decode_to_image", [vae], timings=timings, place=place):
         image = decode_to_image(vae, latent, observe=observe)  # 4
     return KleinResult(positive, negative, condition, latent, image)
