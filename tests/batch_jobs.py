@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 
 H, W = 48, 64
-RAY_ENV = ("HOME", "RAY_TMPDIR", "TMPDIR", "RAY_gcs_server_port_wait_time_s")
+RAY_ENV = ("HOME", "RAY_TMPDIR", "TMPDIR", "RAY_gcs_server_port_wait_time_s", "RAY_AUTH_MODE")
 
 
 def build_batch_manifest(root: Path, steps: int = 2) -> Path:
@@ -57,7 +57,11 @@ def ray_tmp_env():
     for name in ("home", "ray", "tmp"):
         (folder / name).mkdir()
     os.environ.update(HOME=str(folder / "home"), RAY_TMPDIR=str(folder / "ray"), TMPDIR=str(folder / "tmp"))
-    # Ray waits 30 s for its GCS server to bind; once, in a full test run on 2 busy cores, that was not enough
+    # Ray 2.60 writes a token to HOME/.ray/auth_token at a process's first local start and remembers it was done:
+    # a later start in the same process under a new HOME found no token and its GCS server aborted ("Token
+    # authentication is enabled but Ray couldn't find an authentication token"), which read as a 30 s port
+    # timeout. These clusters live on this machine for one test module: token authentication off.
+    os.environ["RAY_AUTH_MODE"] = "disabled"
     os.environ["RAY_gcs_server_port_wait_time_s"] = "120"
     tempfile.tempdir = None  # tempfile reads TMPDIR again
     try:

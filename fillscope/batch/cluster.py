@@ -143,8 +143,6 @@ def connect(ray, address: str, workers: int, runtime_env: dict | None = None) ->
     if runtime_env:
         kw["runtime_env"] = runtime_env
     if address == "local":
-        # Ray waits 30 s for a new head's GCS server to bind: on a machine busy with the batch's own start, more
-        os.environ.setdefault("RAY_gcs_server_port_wait_time_s", "120")
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
         ray.init(num_cpus=max(cores, workers), object_store_memory=LOCAL_OBJECT_STORE_BYTES, **kw)
     else:
