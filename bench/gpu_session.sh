@@ -5,7 +5,7 @@
 # H200; split across two calls if the session's device time is short: PARTS="tests memory", then PARTS=speed):
 #   tests   CUDA-only tests (by-pointer moves from pinned memory, the CUDA tracer)            ~0.5 min
 #   memory  bench/gpu_memory.py: every memory policy's peak and stage times, FLUX Fill 1024     ~4 min
-#   speed   bench/gpu_speed.py: sampler ms/step vs diffusers, attention backends, compile        ~3 min
+#   speed   bench/gpu_speed.py: ms/step vs diffusers, attention backends, fused qkv, compile, step caches ~3.5 min
 #   parallel bench/gpu_parallel.py: Ulysses ms/step at degree 1 and each valid degree <= the GPU count (not in the
 #           default PARTS: it needs 2+ GPUs, and says so and exits 0 with fewer; its time per degree is not yet measured)
 set -u
@@ -28,7 +28,7 @@ for part in $PARTS; do
       timeout 300 python3 bench/gpu_memory.py --out "$OUT" --steps 4 > "$OUT/gpu_memory.txt" 2>&1
       summary+=("memory: rc=$?") ;;
     speed)
-      timeout 270 python3 bench/gpu_speed.py --out "$OUT" > "$OUT/gpu_speed.txt" 2>&1
+      timeout 330 python3 bench/gpu_speed.py --out "$OUT" > "$OUT/gpu_speed.txt" 2>&1
       summary+=("speed: rc=$?") ;;
     parallel)
       timeout 590 python3 bench/gpu_parallel.py --out "$OUT/parallel" > "$OUT/gpu_parallel.txt" 2>&1
@@ -38,7 +38,7 @@ done
 for part in $PARTS; do
   case $part in
     memory) tail -7 "$OUT/gpu_memory.txt" ;;
-    speed) tail -7 "$OUT/gpu_speed.txt" ;;
+    speed) tail -16 "$OUT/gpu_speed.txt" ;;
     parallel) tail -12 "$OUT/gpu_parallel.txt" ;;
   esac
 done
