@@ -12,6 +12,9 @@ and off again (the model computes as before afterwards, bit for bit).
   SD3's transformer has no step cache in diffusers, and FirstBlockCache cannot run klein's blocks: both refused.
 - `fused_qkv(model)`: q, k and v of every attention as one matmul (diffusers' fuse_qkv_projections), lossless up to
   summation order.
+- `compile_repeated_blocks(model)`: regional torch.compile (diffusers' compile_repeated_blocks: each repeated block
+  class compiled once, fullgraph), once per model; not undone (the compiled blocks stay). Checked against eager on
+  CPU (tests/test_step_cache.py); its speed is a GPU question (bench/gpu_speed.py).
 
 What the samplers use: sample_flux_fill / sample_klein take `step_cache` and `cache_threshold` ("off": none of this
 runs, the sampler is unchanged bit for bit).
@@ -154,3 +157,16 @@ def fused_qkv(model, enabled: bool = True):
         yield model
     finally:
         model.unfuse_qkv_projections()
+
+
+def compile_repeated_blocks(model) -> bool:
+    """Regional torch.compile of the model's repeated blocks, once (True when this call compiled them). The compile
+    itself happens at the next forward."""
+    if getattr(model, "_fillscope_compiled", False):
+        return False
+    if not getattr(model, "_repeated_blocks", None):
+        raise FillScopeInputError("compile", f"{type(model).__name__} names no repeated blocks to compile.",
+                                  "switch compile off for this model.")
+    model.compile_repeated_blocks(fullgraph=True)
+    model._fillscope_compiled = True
+    return True
