@@ -15,8 +15,9 @@ For each: the call's wall time whole (a Ray call includes starting a local Ray, 
 torch, and stopping Ray), the summary's own seconds, and the job phase: from the `started` callback (every worker
 up) to the last job's result (`on_result`); shutdown = from that result to the call's return. Jobs/s of the whole
 call and of the job phase, each against the in-process figure. Every configuration loads its three stacks inside
-its timing (fresh caches); a Ray worker also imports diffusers / transformers at its first job, which this process
-had done before (the builders import them): a reference line measures that import in a fresh interpreter.
+its timing (fresh caches); a Ray worker imports the diffusers / transformers model classes when it starts
+(cluster.warm_imports, inside the start-up), which this process had done before (the builders import them): a
+reference line measures that import in a fresh interpreter.
 
 Checks: every job ok in every run, and each image equal to the first in-process run's (numpy arrays of the
 PNGs), printed as "outputs equal in-process: yes/no".
@@ -59,8 +60,8 @@ def ray_label(n: int) -> str:
     return f"Ray, {n} CPU worker{'s' if n > 1 else ''}"
 
 
-# a fresh interpreter's imports: what a Ray worker pays at start (torch + the batch module) and at its first job
-# (the diffusers / transformers model classes the stacks load)
+# a fresh interpreter's imports: what a Ray worker pays at start (torch + the batch module, then the diffusers /
+# transformers model classes the stacks load: cluster.warm_imports)
 IMPORT_PROBE = """
 import time
 t = time.perf_counter()
@@ -238,17 +239,14 @@ def measure(folder: Path, cores: int, watch, t_script: float) -> int:
          "(the same call, timed inside it); jobs/s (call) = jobs / call s; runs = each run's jobs/s; vs in-proc = "
          "jobs/s / in-process jobs/s"),
         ("how: Ray start-up s = the call to the `started` callback (ray.init of a local cluster, the workers "
-         "started, each importing torch + fillscope.batch); job phase s = `started` to the last job's on_result "
+         "started, each importing torch, fillscope.batch and the model classes); job phase s = `started` to the last job's on_result "
          "(in-process: the call to the last result); shutdown s = the last result to the return (workers killed, "
          "ray.shutdown)"),
         ("how: every job phase includes loading the 3 stacks (fresh caches; on Ray each worker loads the stacks of "
-         "the jobs it is given) and each Ray worker's first import of the diffusers / transformers model classes "
-         "(inside its first job), which this process had done before (the reference line measures that import); "
-         "sum of job s = the jobs' own seconds (JobResult.seconds) added up, work across workers; median / max job "
+         "the jobs it is given); sum of job s = the jobs' own seconds (JobResult.seconds) added up, work across workers; median / max job "
          "s = the median / slowest job's"),
         (f"reference ({PROVENANCE}, a fresh interpreter): import torch + fillscope.batch.cluster {probe_start:.2f} s "
-         f"(a Ray worker's start), then the diffusers / transformers model classes {probe_models:.2f} s (a worker's "
-         "first job)"),
+         f"then the diffusers / transformers model classes {probe_models:.2f} s (both in a Ray worker's start)"),
         (f"outputs equal in-process: {'yes' if images_equal else 'no'} (PNG arrays against the first in-process "
          "run: " + "; ".join(f"{label} {', '.join(f'{n}/{len(ids)}' for n in v)}" for label, v in equal.items() if v)
          + "; workers that ran jobs: "
@@ -275,8 +273,7 @@ def measure(folder: Path, cores: int, watch, t_script: float) -> int:
             f"in the job phase too, {n_last} workers were slower than in-process ({r_jobs:.2f} vs {base_jobs:.2f} "
             f"jobs/s; sum of job s {med(last, 'job_sum'):.1f} vs {med(IN_PROCESS, 'job_sum'):.1f}, slowest job "
             f"{med(last, 'job_max'):.2f} vs {med(IN_PROCESS, 'job_max'):.2f} s): each worker "
-            f"loads its own stacks and imports the diffusers / transformers model classes in its first job, and the "
-            f"{n_last} workers share the {cores} cores that in-process uses as {inproc_threads} torch threads.")
+            f"loads its own stacks, and the {n_last} workers share the {cores} cores that in-process uses as {inproc_threads} torch threads.")
     else:
         notes.append(f"in the job phase, {n_last} workers ran {r_jobs / base_jobs:.2f}x the in-process rate "
                      f"({r_jobs:.2f} vs {base_jobs:.2f} jobs/s).")

@@ -47,6 +47,22 @@ def import_ray():
 
 # --- the worker -------------------------------------------------------------------------------------------------------
 
+WARM_DIFFUSERS = ("AutoencoderKL", "AutoencoderKLFlux2", "FluxTransformer2DModel", "Flux2Transformer2DModel",
+                  "SD3Transformer2DModel", "SD3ControlNetModel")
+WARM_TRANSFORMERS = ("CLIPTextModel", "CLIPTextModelWithProjection", "T5EncoderModel", "Qwen3Model")
+
+
+def warm_imports() -> None:
+    """The model classes the stacks are built from, imported while the workers start (in parallel, before the first
+    job) instead of inside each worker's first job: 4.5 s in a fresh interpreter here (bench/bench_batch_ray.py)."""
+    import diffusers
+    import transformers
+
+    for module, names in ((diffusers, WARM_DIFFUSERS), (transformers, WARM_TRANSFORMERS)):
+        for name in names:
+            getattr(module, name)  # both packages import a class on first access
+
+
 class JobWorker:
     """A Ray actor's class (wrapped by ray.remote when a batch starts): a ModelCache kept between jobs."""
 
@@ -56,6 +72,7 @@ class JobWorker:
         torch.set_num_threads(threads)
         self.cache = ModelCache(max_resident, device)
         self.device = device
+        warm_imports()
 
     def where(self) -> str:
         import ray
