@@ -71,7 +71,6 @@ class JobWorker:
 
         torch.set_num_threads(threads)
         self.cache = ModelCache(max_resident, device)
-        self.device = device
         warm_imports()
 
     def where(self) -> str:
@@ -102,11 +101,12 @@ class JobWorker:
         from ..parallel.ray_ranks import run_rank
         from .runner import compute_job
 
-        status, value = run_rank(rank, settings, partial(compute_job, job, self.cache, key=key, in_group=True), ())
+        # compute_job returns every failure as the job's error, so run_rank's outcome is always ("ok", ...)
+        _, output = run_rank(rank, settings, partial(compute_job, job, self.cache, key=key, in_group=True), ())
         if rank != 0:
             return None
-        value.result.worker = f"{self.where()} (rank 0 of {settings[0]})"
-        return value
+        output.result.worker = f"{self.where()} (rank 0 of {settings[0]})"
+        return output
 
 
 @dataclass(frozen=True)
@@ -160,8 +160,9 @@ def connect(ray, address: str, workers: int, runtime_env: dict | None = None) ->
     if runtime_env:
         kw["runtime_env"] = runtime_env
     if address == "local":
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-        ray.init(num_cpus=max(cores, workers), object_store_memory=LOCAL_OBJECT_STORE_BYTES, **kw)
+        from ..parallel.launch import usable_cores
+
+        ray.init(num_cpus=max(usable_cores(), workers), object_store_memory=LOCAL_OBJECT_STORE_BYTES, **kw)
     else:
         try:
             ray.init(address=address, **kw)
@@ -190,7 +191,6 @@ class _Dispatch:
     job: Job
     key: str
     attempt: int
-    workers: list
     waiting: int = 0  # ranks not answered yet
     output: JobOutput | None = None
     died: BaseException | None = None  # a worker of it died
@@ -220,6 +220,7 @@ class RayBatch:
             handle = remote.options(**options).remote("cuda" if spec.gpus else "cpu", max_resident, spec.threads)
             self.workers.append(_Worker(handle, spec))
         self.pids = {}  # id(worker) -> pid, learnt when it first answers
+        self.stack_keys: dict = {}  # job id -> runner.stack_key, once a job (the queue is scanned every dispatch)
 
     def start(self) -> None:
         """Waits until every worker has started (imports done), so the first jobs do not time the start-up."""
@@ -235,7 +236,7 @@ class RayBatch:
     def _choose(self, worker: _Worker, queue: list) -> int | None:
         """Which queued single job this idle worker takes: one whose stack it holds, else one of the stack with the
         most queued jobs for each worker holding it (a new stack spreads to a second worker once it has many)."""
-        keys = {i: stack_key(item[0]) for i, item in enumerate(queue) if item[0].parallel == 1}
+        keys = {i: self.stack_keys[item[0].id] for i, item in enumerate(queue) if item[0].parallel == 1}
         if not keys:
             return None
         for i, k in keys.items():
@@ -250,7 +251,7 @@ class RayBatch:
 
     def _group_for(self, job: Job, idle: list) -> list | None:
         """`job.parallel` idle workers of one kind (GPU or CPU), those holding its stack first; None if too few."""
-        k = stack_key(job)
+        k = self.stack_keys[job.id]
         for gpus in (1, 0):
             same = sorted((w for w in idle if w.spec.gpus == gpus), key=lambda w: k not in w.resident)
             if len(same) >= job.parallel:
@@ -258,7 +259,7 @@ class RayBatch:
         return None
 
     def _mark_resident(self, worker: _Worker, job: Job) -> None:
-        k = stack_key(job)
+        k = self.stack_keys[job.id]
         worker.resident[k] = True
         worker.resident.move_to_end(k)
         while len(worker.resident) > self.max_resident:
@@ -268,7 +269,7 @@ class RayBatch:
 
     def _dispatch(self, item: tuple, workers: list, inflight: dict) -> None:
         job, key, attempt = item
-        d = _Dispatch(job, key, attempt, workers, waiting=len(workers))
+        d = _Dispatch(job, key, attempt, waiting=len(workers))
         if len(workers) == 1:
             refs = [workers[0].handle.run.remote(job, key)]
         else:
@@ -313,6 +314,7 @@ class RayBatch:
         from ray.exceptions import RayError, RayTaskError
 
         queue = [(job, key, 1) for job, key in todo]
+        self.stack_keys = {job.id: stack_key(job) for job, _ in todo}
         inflight: dict = {}  # object ref -> worker
         results: list[JobResult] = []
         bar = _Progress(len(todo), self.progress)

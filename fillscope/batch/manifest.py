@@ -32,6 +32,8 @@ from pathlib import Path
 
 from ..errors import FillScopeInputError
 from ..masks import prepare_image_and_mask
+from ..parallel.cfg import CFG_DEGREES
+from ..parallel.context import ULYSSES_DEGREES
 from ..pipelines import PIPELINES
 
 SCHEMA = "fillscope.batch/1"
@@ -48,8 +50,7 @@ TOP_LEVEL = {"steps": "steps", "seed": "seed", "negative_prompt": "negative"}  #
 FILE_OPTIONS = ("soft_mask", "reference")  # options whose value is an image file ("alpha" also for soft_mask)
 MASK_NAMES = {"invert": "invert_mask"}  # prepare_image_and_mask's keyword -> the node input's name
 # ranks one job may run on: Ulysses degrees (the transformer's head count is checked when it runs); SD3: CFG parallel
-PARALLEL_DEGREES = {"flux-fill": (1, 2, 4, 8), "sd3-controlnet": (1, 2), "klein-4b": (1, 2, 4, 8),
-                    "klein-9b": (1, 2, 4, 8)}
+PARALLEL_DEGREES = {family: CFG_DEGREES if family == "sd3-controlnet" else ULYSSES_DEGREES for family in FAMILIES}
 SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 MAX_SHOWN = 20  # problems listed in one ManifestError
 MAX_FINGERPRINT_FILES = 20000

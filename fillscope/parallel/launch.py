@@ -33,10 +33,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def usable_cores() -> int:
+    """The CPU cores this process may run on (its affinity where the OS says, else the machine's)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
 def default_threads(world_size: int) -> int:
     """The CPU threads each rank uses: this process's cores shared out (at least 1)."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, cores // world_size)
+    return max(1, usable_cores() // world_size)
 
 
 def run_on_ranks(fn, world_size: int, *args, timeout_s: float = 600.0, threads: int | None = None):

@@ -9,8 +9,6 @@ span nodes; rank 0's node address and a free port there are the group's rendezvo
 
 from __future__ import annotations
 
-import os
-
 from ..errors import FillScopeInputError
 from .launch import free_port, process_group
 
@@ -44,9 +42,6 @@ class RankActor:
 
     def address(self) -> tuple[str, int]:
         return rank_address()
-
-    def pid(self) -> int:
-        return os.getpid()
 
     def run(self, rank: int, settings: tuple, fn, args):
         return run_rank(rank, settings, fn, args)
