@@ -22,7 +22,7 @@ class ConditionSource:
         return self.prepared.coverage == 0.0
 
     def source_latents(self):
-        """Scaled latents of the unmasked source [B,16,H/8,W/8]."""
+        """Scaled latents of the unmasked source [B,C,H/s,W/s] (FLUX.1 / SD3 published: [B,16,H/8,W/8])."""
         if self._source_latents is None:
             self._source_latents = vae_ops.encode(self.vae, self.prepared.image)
         return self._source_latents

@@ -12,7 +12,7 @@ from .observe import observer_or_noop
 
 @dataclass
 class SampledLatent:
-    """Model-space latents [B,16,h,w] and how to get back to the user's image."""
+    """Model-space latents [B,C,h,w] (FLUX.1 / SD3: C = 16; klein: 128) and how to get back to the user's image."""
 
     latents: object
     prepared: PreparedInput
@@ -22,7 +22,8 @@ class SampledLatent:
 
 
 def decode_to_image(vae, latent: SampledLatent, observe=None):
-    """[B,16,h,w] -> IMAGE [B,H,W,3] at the user's input size. An empty-mask result is the source itself.
+    """[B,C,h,w] -> IMAGE [B,H,W,3] at the user's input size; C must be the VAE's (vae.latent_format). An empty-mask
+    result is the source itself.
     On the meta device there are no pixel values: the IMAGE is zeros of the right size (the node says so)."""
     import torch
 
@@ -37,6 +38,11 @@ def decode_to_image(vae, latent: SampledLatent, observe=None):
     prepared = latent.prepared
     if latent.unchanged:
         return prepared.source.clone()
+    if latent.latents.shape[1] != fmt.channels:
+        raise FillScopeInputError(
+            "vae", f"this {fmt.name.upper()} VAE decodes {fmt.channels}-channel latents "
+                   f"({vae_ops.describe_widths(vae)}) but the latent has {latent.latents.shape[1]} channels.",
+            "connect the VAE that encoded the sampler's condition (the same VAE loader as the condition node).")
     decoded = vae_ops.decode(vae, latent.latents)  # [B,3,H,W]
     observe("decoded_image", decoded)
     grid = vae_ops.to_unit_range(decoded).permute(0, 2, 3, 1)  # [B,H,W,3]

@@ -49,6 +49,7 @@ it is a component of its own for placement (its own device, policy record, GPU c
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -57,7 +58,7 @@ from pathlib import Path
 from .checkpoints import classify, flux_bfl_plan, klein_bfl_plan, read_header
 from .checkpoints.header import TensorInfo, unreadable
 from .errors import FillScopeInputError
-from .fp8 import enable_fp8_compute
+from .fp8 import enable_fp8_compute, nonfinite_count
 from .models import torch_dtype
 from .placement import adopt_cpu_weights, cpu_weights
 from .specs import COMPONENTS
@@ -138,6 +139,7 @@ def read_lora(path, comp: Component, input_name: str = "lora_name") -> LoraFile:
         raise FillScopeInputError(input_name, f"'{path.name}' is not a LoRA: it is {what}.",
                                   "choose a LoRA file (lora_down/lora_up or lora_A/lora_B tensors).")
     raw = _load(path, input_name) if raw is None else raw
+    _require_finite(path, raw, groups, input_name)
     made_for = _describe(groups, raw)
     targets = _Targets(comp)
     lora = _match(path, comp, raw, groups, _peft_alphas(metadata), targets, made_for, input_name, layout)
@@ -166,11 +168,28 @@ def _group(keys) -> tuple[dict, list, list]:
     return groups, text, other
 
 
+def _require_finite(path: Path, raw: dict, groups: dict, input_name: str) -> None:
+    """Every factor and alpha the LoRA applies, checked for NaN/inf as checkpoint weights are (fp8.nonfinite_count),
+    once per file read: a NaN there would surface at the first sampling step, looking like the model's fault."""
+    for keys in groups.values():
+        for key in keys.values():
+            t = raw.get(key)
+            bad = nonfinite_count(t) if t is not None else 0
+            if bad:
+                raise FillScopeInputError(
+                    input_name,
+                    f"tensor '{key}' in the LoRA file '{path.name}' holds {bad:,} NaN/inf values (of {t.numel():,}): "
+                    "the LoRA file is broken (a diverged training run, or a failed conversion, merge or download); "
+                    "the model's own weights are not at fault.",
+                    "download or export the LoRA again, or choose another LoRA.",
+                )
+
+
 def _peft_alphas(metadata: dict):
     """alpha(module) from diffusers' `lora_adapter_metadata` (PEFT's lora_alpha, alpha_pattern), or None."""
     try:
         meta = json.loads(metadata.get("lora_adapter_metadata") or "{}")
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested deeper than the JSON reader goes: no PEFT alphas
         return None
     if not isinstance(meta, dict):
         return None
@@ -278,6 +297,10 @@ def _match(path, comp, raw, groups, peft_alpha, t: _Targets, made_for, input_nam
             continue
         alpha = raw[keys["alpha"]].item() if "alpha" in keys else (peft_alpha(name) if peft_alpha else None)
         scale = 1.0 if alpha is None else float(alpha) / rank
+        if not math.isfinite(scale):  # a tensor alpha was checked with the factors; this one is the file's metadata
+            raise FillScopeInputError(input_name, f"'{path.name}' gives module {name} the alpha {alpha!r} in its "
+                                      "lora_adapter_metadata: the LoRA file is broken; the model is not at fault.",
+                                      "download or export the LoRA again, or choose another LoRA.")
         for dst, rows, swap in dests:
             u = up[rows[0]:rows[1]] if rows else up
             if swap:

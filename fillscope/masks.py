@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from .compositing.removal import MASKED_FILLS, describe, neutralise_masked
 from .errors import FillScopeInputError
+from .specs import MIN_SIDE
 
 SIZE_MODES = ("pad", "crop")
 
@@ -118,6 +119,37 @@ def _as_mask(mask, image_shape):
     return mask.float().clamp(0, 1).expand(b, h, w)
 
 
+def check_reference_batches(references, batch: int, of: str) -> None:
+    """Reference IMAGE batches [(input name, IMAGE)] against the run's `batch` images (`of`: where that batch comes
+    from), before anything is encoded: each holds 1 image (every image of the batch sees it) or `batch` (one per
+    image, in order). diffusers' Flux2KleinInpaintPipeline reads any other count as that many references shown to
+    every image; a FillScope reference input is one reference, so another count is refused (torch.cat would fail). As
+    for a mask against its images (_as_mask)."""
+    for name, image in references:
+        n = image.shape[0]
+        if n not in (1, batch):
+            raise FillScopeInputError(
+                name, f"holds a batch of {n} images for a batch of {batch} ({of}): a reference batch holds 1 image "
+                      f"(used for every image) or {batch} (one per image, in order).",
+                f"give 1 reference image or {batch}: ComfyUI's ImageFromBatch takes one image out of a batch, "
+                f"RepeatImageBatch repeats one.")
+
+
+def prepare_reference(image, name: str = "reference", *, unit: int):
+    """A reference IMAGE [B,H,W,3] (or RGBA / greyscale) -> [B,3,H',W'] in [-1,1], centre-cropped to multiples of
+    `unit` px (one token of the model: klein's 16 published; no resampling: diffusers resizes with a centre crop,
+    identical when the sides are multiples)."""
+    rgb = _as_rgb(image, [])
+    _, h, w, _ = rgb.shape
+    gh, gw = (h // unit) * unit, (w // unit) * unit
+    if gh == 0 or gw == 0:
+        raise FillScopeInputError(name, f"is {w}x{h}; the smallest reference is {unit}x{unit} px.",
+                                  "use a larger image.")
+    top, left = (h - gh) // 2, (w - gw) // 2
+    chw = rgb[:, top:top + gh, left:left + gw].permute(0, 3, 1, 2)
+    return (chw * 2.0 - 1.0).contiguous()
+
+
 def _dilate(mask, pixels: int):
     import torch.nn.functional as F
 
@@ -153,7 +185,7 @@ def prepare_image_and_mask(
     grow: int = 0,
     feather: int = 0,
     size_mode: str = "pad",
-    multiple: int = 16,
+    multiple: int = MIN_SIDE,
     masked_fill: str = "none",
 ) -> PreparedInput:
     import math
@@ -259,6 +291,18 @@ def prepare_image_and_mask(
         repaint_pixels=repaint,
         kept_pixels=kept,
     )
+
+
+def require_grid(prepared: PreparedInput, unit: int, model: str) -> None:
+    """The prepared grid against the loaded models' own pixel size of one token (`unit` = the VAE's downscale x the
+    patch side; 16 for every published model, which prepare_image_and_mask's grid is made for): a grid that is not a
+    multiple of it would be floored by the VAE and no longer match the mask. `model` says what sets `unit`."""
+    g = prepared.geometry
+    if g.grid_height % unit or g.grid_width % unit:
+        raise FillScopeInputError(
+            "image", f"runs on a {g.grid_width}x{g.grid_height} px grid, which is not a multiple of {unit} px, one "
+                     f"token of {model}.",
+            f"pad or crop the image to multiples of {unit} px before the condition node.")
 
 
 def restore_geometry(grid_image, geometry: Geometry, source=None):

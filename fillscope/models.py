@@ -269,22 +269,33 @@ def check_component_config(kind: str, config: dict, input_name: str, where: Path
     cls = config.get("_class_name") or (config.get("architectures") or [None])[0]
     if spec.library == "diffusers" and cls != spec.class_name:
         raise FillScopeInputError(input_name, f"'{where}' holds a {cls}, not the {spec.title}.", f"select a folder with the {spec.title}.")
-    if kind == "flux_fill_transformer" and config.get("in_channels") != 384:
-        raise FillScopeInputError(
-            input_name,
-            f"'{where}' is a FLUX transformer with in_channels {config.get('in_channels')} (FLUX.1 Fill has 384), "
-            "not the FLUX.1 Fill transformer.",
-            "select the FLUX.1-Fill-dev repository.",
-        )
-    if kind in ("flux_vae", "sd3_vae"):
-        if config.get("latent_channels") != 16:
+    if kind == "flux_fill_transformer":
+        # the Fill model reads more than it returns (noisy latents ++ masked latents ++ mask: published 64 + 320 = 384
+        # in, 64 out); a text-to-image FLUX transformer reads what it returns. The widths themselves are checked
+        # against the VAE's when sampling (flux_fill.check_widths).
+        width = config.get("in_channels", 64)  # diffusers' defaults: in 64, out None = in
+        out = config.get("out_channels") or width
+        if width <= 2 * out:
             raise FillScopeInputError(
-                input_name, f"'{where}' is a VAE with {config.get('latent_channels')} latent channels; {spec.title} has 16.",
-                "select the repository's vae/ folder.",
+                input_name,
+                f"'{where}' is a FLUX transformer with in_channels {width} and out_channels {out}, a text-to-image "
+                "one (FLUX.1 Fill reads noisy latents + masked latents + mask: 384 in, 64 out), not the FLUX.1 Fill "
+                "transformer.",
+                "select the FLUX.1-Fill-dev repository.",
             )
+    if kind in ("flux_vae", "sd3_vae"):
+        # the latent scaling tells the FLUX VAE from SD3's (both 16 latent channels) and from other VAEs; the
+        # channels are checked against the transformer's when sampling
         want = shipped_config(kind)["scaling_factor"]
-        if abs(config.get("scaling_factor", want) - want) > 1e-6:
+        scaling = config.get("scaling_factor", want)
+        if abs(scaling - want) > 1e-6:
             other = "sd3" if kind == "flux_vae" else "flux"
+            if abs(scaling - shipped_config(f"{other}_vae")["scaling_factor"]) > 1e-6:
+                raise FillScopeInputError(
+                    input_name, f"'{where}' is a VAE with {config.get('latent_channels')} latent channels and latent "
+                                f"scaling {scaling}: neither the FLUX VAE's nor SD3's ({spec.title}: {want}).",
+                    "select the repository's vae/ folder.",
+                )
             raise FillScopeInputError(
                 input_name,
                 f"'{where}' has latent scaling {config.get('scaling_factor')}, the {other.upper()} VAE's, not the {spec.title}'s ({want}).",

@@ -12,6 +12,8 @@ import math
 from typing import TYPE_CHECKING
 
 from .errors import FillScopeInputError
+from .fp8 import nonfinite_count
+from .lora import DOWN, UP
 from .masks import require_finite
 
 if TYPE_CHECKING:  # annotations only: condition imports vae, which the schedules do not need
@@ -91,15 +93,24 @@ def euler_step(sample, velocity, sigma, sigma_next):
     return out.to(velocity.dtype)
 
 
+def require_noise_shape(noise, shape) -> None:
+    """A given `noise` must have the shape the loaded transformer samples (its latent channels and the grid)."""
+    if tuple(noise.shape) != tuple(shape):
+        raise FillScopeInputError("noise", f"has shape {list(noise.shape)}; this transformer and condition sample "
+                                  f"{list(shape)} [B,C,h,w].", "give noise of that shape, or none (seeded noise).")
+
+
 def starting_point(cond: ConditionSource, sigmas, steps: int, denoise: float, shape, seed: int, device, dtype,
                    noise=None):
-    """(the sigmas this denoise runs, the initial noise [B,16,h,w], the latents the first step starts from): pure
-    noise at denoise 1, else the source noised to the first kept sigma, as diffusers' img2img scale_noise."""
+    """(the sigmas this denoise runs, the initial noise of `shape` [B,C,h,w] (C = the transformer's latent channels,
+    16 for FLUX.1 / SD3), the latents the first step starts from): pure noise at denoise 1, else the source noised to
+    the first kept sigma, as diffusers' img2img scale_noise. A `noise` of another shape is refused."""
     sigmas = truncate_for_denoise(sigmas, steps, denoise)
     if len(sigmas) < 2:
         raise FillScopeInputError("denoise", f"{denoise} leaves no step out of {steps}.", "raise denoise or steps.")
     if noise is None:
         noise = initial_noise(shape, seed, device, dtype)
+    require_noise_shape(noise, shape)
     noise = noise.to(device=device, dtype=dtype)
     if denoise == 1.0:
         return sigmas, noise, noise
@@ -114,10 +125,13 @@ def _all_finite(tensors) -> bool:
     return all(t.device.type == "meta" or bool(torch.isfinite(t).all()) for t in tensors)
 
 
-def require_finite_first_step(model_name: str, output, inputs=()) -> None:
+def require_finite_first_step(model_name: str, output, inputs=(), component=None) -> None:
     """After the first denoiser call: NaN/inf there would run on silently and decode to a black image. One check
     (one device sync) per run; the inputs are only looked at when the output is bad, to name where it came from.
-    `inputs` = (input name, tensor or tensors, what produced them) in the order they feed the model."""
+    `inputs` = (input name, tensor or tensors, what produced them) in the order they feed the model. `component`
+    (the denoiser's Component) lets a bad output be told apart: its weights are scanned then (only then), and the
+    LoRAs attached to it (lora.py `with_loras`' `lora_stack`) are named, so the weights are blamed only when a
+    weight holds NaN/inf."""
     if _all_finite([output]):
         return
     for name, tensors, producer in inputs:
@@ -127,10 +141,71 @@ def require_finite_first_step(model_name: str, output, inputs=()) -> None:
                 f"holds NaN/inf before the first step: {producer}'s weights contain NaN/inf, or fp16 overflowed.",
                 f"check {producer}'s weights file (download it again if it is corrupt) or load it with dtype bf16.",
             )
-    raise FillScopeInputError(
+    if component is None:  # nothing to tell the parts apart by
+        raise FillScopeInputError(
+            model_name,
+            f"the {model_name} produced NaN/inf at step 1: its weights contain NaN/inf, or fp16 overflowed.",
+            "check the weights file (download it again if it is corrupt) or load it with dtype bf16.",
+        )
+    raise _first_step_error(model_name, output, component)
+
+
+def _first_nonfinite(tensors):
+    """(name, NaN/inf count, size) of the first tensor holding NaN/inf (meta tensors skipped), or None."""
+    for name, t in tensors:
+        bad = 0 if t.device.type == "meta" else nonfinite_count(t)
+        if bad:
+            return name, bad, t.numel()
+    return None
+
+
+def _first_step_error(model_name: str, output, component) -> FillScopeInputError:
+    """What made a finite input give a NaN/inf first step: a weight (scanned now), the LoRA factors, one of the
+    attached LoRAs, or overflow in the compute dtype."""
+    model = component.model
+    stack = list(component.extras.get("lora_stack", ()))
+    dtype = str(output.dtype).replace("torch.", "")
+    fp16 = dtype == "float16" or component.dtype == "fp16"
+    lora_buffers = (DOWN, UP)
+    bad = _first_nonfinite((n, t) for n, t in list(model.named_parameters()) + list(model.named_buffers())
+                           if n.rsplit(".", 1)[-1] not in lora_buffers)
+    if bad is not None:
+        name, count, total = bad
+        range_note = (" (or values beyond fp16's range, 65504, became inf when the weights were loaded as fp16)"
+                      if fp16 else "")
+        return FillScopeInputError(
+            model_name,
+            f"the {model_name} produced NaN/inf at step 1: its weights contain NaN/inf (tensor '{name}' holds "
+            f"{count:,} of {total:,} values){range_note}; its inputs are finite.",
+            ("load it with dtype bf16; if the NaN/inf stays, the weights file is broken: download it again."
+             if fp16 else "the weights file is broken (a failed conversion, merge or download): download it again, "
+             "or use another copy of the model."),
+        )
+    attached = ", ".join(f"{lora.name} (strength {strength:g})" for lora, strength in stack)
+    if stack:
+        factors = _first_nonfinite((n, t) for n, t in model.named_buffers() if n.rsplit(".", 1)[-1] in lora_buffers)
+        if factors is not None:
+            return FillScopeInputError(
+                model_name,
+                f"the {model_name} with LoRAs {attached} produced NaN/inf at step 1: the LoRA factors on layer "
+                f"'{factors[0].rsplit('.', 1)[0]}' overflowed {dtype} once scaled by strength x alpha/rank (the LoRA "
+                "files hold finite values: they were checked when loaded; the weights and inputs are finite).",
+                "lower the LoRAs' strengths, or load the transformer with dtype bf16.",
+            )
+        return FillScopeInputError(
+            model_name,
+            f"the {model_name} with LoRAs {attached} produced NaN/inf at step 1, although its weights, the LoRA "
+            f"files and its inputs are finite: one of those LoRAs (too strong, or made for another model) or "
+            f"{dtype} overflow is at fault.",
+            "detach the LoRAs (or set a LoRA's strength to 0) one at a time to find which, then lower its strength "
+            "or leave it out; or load the transformer with dtype bf16.",
+        )
+    return FillScopeInputError(
         model_name,
-        f"the {model_name} produced NaN/inf at step 1: its weights contain NaN/inf, or fp16 overflowed.",
-        "check the weights file (download it again if it is corrupt) or load it with dtype bf16.",
+        f"the {model_name} produced NaN/inf at step 1 although its weights and inputs are finite: the computation "
+        f"overflowed {dtype}.",
+        "load the models with dtype bf16 (or fp32)." if fp16 else
+        "load the transformer with dtype fp32, and check the sampler's settings for extreme values.",
     )
 
 

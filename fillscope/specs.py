@@ -127,8 +127,9 @@ def shipped_variant(kind: str, config) -> str | None:
 
 # --- the sizes a family takes --------------------------------------------------------------------------------
 
-# Every family: the VAE's 8x downscale, then 2x2 patches (tokens) on the latent grid: image sides are multiples of
-# 16 px, and 16 px (one patch) is the smallest side.
+# Every published model: the VAE's 8x downscale, then 2x2 patches (tokens) on the latent grid: image sides are
+# multiples of 16 px, and 16 px (one patch) is the smallest side. The grid masks.prepare_image_and_mask makes before
+# any model is loaded; the condition builders check it against the loaded VAE's own token size (masks.require_grid).
 MIN_SIDE = 16
 
 
@@ -148,12 +149,15 @@ class SideLimit:
                 f"x patch {self.patch_size} x {self.vae_scale}")
 
 
-def pos_embed_side_limit(config, model: str, vae_scale: int = 8) -> SideLimit | None:
+def pos_embed_side_limit(config, model: str, vae_scale: int | None = None) -> SideLimit | None:
     """The side limit of an SD3-style PatchEmbed built from `config`, or None where it has none (no position
-    embedding, or one interpolated to any size: pos_embed_max_size unset)."""
+    embedding, or one interpolated to any size: pos_embed_max_size unset). `vae_scale`: the VAE's downscale (None:
+    the shipped SD3 VAE's)."""
     size = config.get("pos_embed_max_size")
     if not size or not config.get("use_pos_embed", True) or config.get("pos_embed_type", "sincos") is None:
         return None
+    if vae_scale is None:
+        vae_scale = vae_scale_factor(shipped_config("sd3_vae"))
     patch = int(config.get("patch_size") or 1)
     return SideLimit(int(size) * patch * vae_scale, int(size), patch, vae_scale, model)
 
@@ -182,7 +186,8 @@ def flux_scheduler_config() -> dict:
 
 @dataclass(frozen=True)
 class LatentFormat:
-    """How a VAE's raw latent maps to the denoiser's latent: z_model = (z_vae - shift) * scale."""
+    """How a VAE's raw latent maps to the denoiser's latent: z_model = (z_vae - shift) * scale; `channels` and
+    `downscale` are the model latent's (vae.latent_format computes them from the loaded VAE's config)."""
 
     name: str
     channels: int
@@ -191,14 +196,36 @@ class LatentFormat:
     downscale: int = 8
 
 
+# The published VAEs' formats; vae.latent_format takes the widths from the loaded VAE's config and uses these for
+# the name and (where the config has none) the scale and shift.
 FLUX_LATENT = LatentFormat("flux", 16, 0.3611, 0.1159)
 SD3_LATENT = LatentFormat("sd3", 16, 1.5305, 0.0609)
 # FLUX.2: 32 channels at /8, 2x2-patchified to 128 at /16 and normalised by the VAE's BatchNorm running statistics
 # (vae.encode / vae.decode apply them): no scale or shift factor
 FLUX2_LATENT = LatentFormat("flux2", 128, 1.0, 0.0, downscale=16)
 
-# Fill-model pixel grid: VAE 8x, then 2x2 token patches, so image sides must be multiples of 16.
+# FLUX.1 and FLUX.2 pack 2x2 latent patches into one token. No config holds this for FLUX.1 (its transformer's
+# patch_size is 1: the pipeline packs before the model) and diffusers hard-codes it in FluxFillPipeline._pack_latents
+# and the klein pipelines' _patchify_latents; the FLUX.2 VAE's config says it too (patch_size [2, 2], which
+# vae.flux2_patch reads for klein).
+FLUX_PATCH = 2
+
+# The published Fill-model pixel grid: VAE 8x, then 2x2 token patches, so image sides are multiples of 16
+# (the mu facts of the published schedule; the sampler counts the loaded models' own tokens).
 FLUX_PIXELS_PER_TOKEN = 16
+
+
+def model_config(comp):
+    """The loaded model's own config: diffusers' `model.config` (every constructor argument, defaults included, so
+    a config.json that leaves a width out still says what was built), else the component's config dict."""
+    cfg = getattr(getattr(comp, "model", None), "config", None)
+    return cfg if hasattr(cfg, "get") else comp.config
+
+
+def vae_scale_factor(config) -> int:
+    """A VAE's spatial downscale from its config, as diffusers' pipelines compute it: 2 ** (levels - 1) with one
+    level per entry of block_out_channels (8 for every published VAE FillScope loads)."""
+    return 2 ** (len(config["block_out_channels"]) - 1)
 
 
 def flux_token_count(height: int, width: int) -> int:
@@ -206,24 +233,27 @@ def flux_token_count(height: int, width: int) -> int:
 
 
 def pack_latents(latents):
-    """[B, C, H, W] -> [B, (H/2)*(W/2), C*4]: FLUX's 2x2 patch tokens, channel-major inside a patch."""
+    """[B, C, H, W] -> [B, (H/2)*(W/2), C*4]: FLUX's 2x2 patch tokens (FLUX_PATCH), channel-major inside a patch;
+    C is the latents' own (16 for the FLUX VAE)."""
+    p = FLUX_PATCH
     b, c, h, w = latents.shape
-    x = latents.view(b, c, h // 2, 2, w // 2, 2).permute(0, 2, 4, 1, 3, 5)
-    return x.reshape(b, (h // 2) * (w // 2), c * 4)
+    x = latents.view(b, c, h // p, p, w // p, p).permute(0, 2, 4, 1, 3, 5)
+    return x.reshape(b, (h // p) * (w // p), c * p * p)
 
 
 def unpack_latents(tokens, latent_height: int, latent_width: int):
     """[B, (H/2)*(W/2), C*4] -> [B, C, H, W]; the inverse of pack_latents."""
-    b, _, c4 = tokens.shape
-    x = tokens.view(b, latent_height // 2, latent_width // 2, c4 // 4, 2, 2).permute(0, 3, 1, 4, 2, 5)
-    return x.reshape(b, c4 // 4, latent_height, latent_width)
+    p = FLUX_PATCH
+    b, _, cp = tokens.shape
+    x = tokens.view(b, latent_height // p, latent_width // p, cp // (p * p), p, p).permute(0, 3, 1, 4, 2, 5)
+    return x.reshape(b, cp // (p * p), latent_height, latent_width)
 
 
 def flux_image_ids(latent_height: int, latent_width: int, device=None, dtype=None):
-    """Positional ids [(H/2)*(W/2), 3] of FLUX image tokens: (0, row, col)."""
+    """Positional ids [(H/2)*(W/2), 3] of FLUX image tokens: (0, row, col) (3 RoPE axes: FLUX.1's id layout)."""
     import torch
 
-    h, w = latent_height // 2, latent_width // 2
+    h, w = latent_height // FLUX_PATCH, latent_width // FLUX_PATCH
     ids = torch.zeros(h, w, 3)
     ids[..., 1] = torch.arange(h)[:, None]
     ids[..., 2] = torch.arange(w)[None, :]

@@ -109,6 +109,12 @@ def read_json_file(path: Path, input_name: str) -> dict:
             f"the file is damaged or was edited by hand: restore {Path(path).name} from the model's repository "
             "(download it again).",
         ) from None
+    except RecursionError:  # Python's JSON reader recurses once per level: a config is a few levels deep
+        raise FillScopeInputError(
+            input_name, f"'{path}' nests its arrays/objects deeper than Python's JSON reader goes (about 1000 "
+                        "levels), so it is not a JSON config.",
+            f"restore {Path(path).name} from the model's repository (download it again).",
+        ) from None
     except UnicodeDecodeError as e:
         raise FillScopeInputError(
             input_name, f"'{path}' is not a text file (byte {e.start} is not UTF-8), so it is not a JSON config.",

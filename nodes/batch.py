@@ -4,9 +4,9 @@ The manifest is a file in ComfyUI's input folder; the results go to a sub-folder
 only what ComfyUI lets a graph read: the manifest, images, masks, soft masks and references inside the input folder,
 model sources inside ComfyUI's model folders ("placeholder" / "meta" need none), tokenizer folders inside those or
 ComfyUI's own tokenizer folders; every path is checked before anything runs (`check_job_paths`). Jobs that name no
-tokenizer folder get ComfyUI's own, as the loader nodes do. A path counts as inside a folder when it lies there as
-written (links in the folder are the owner's choice and are followed), or, when it climbs with '..', when the file
-it reaches lies there.
+tokenizer folder get ComfyUI's own, as the loader nodes do. A path counts as inside a folder by the loaders' rule
+(`is_inside`): named relative to the folder it does not climb out, its '..' resolved as opening the path does; links
+in the folder are the owner's choice and are followed, named absolutely or from the manifest's folder alike.
 
 On Ray the jobs travel to the workers as the engine's own classes, so the node runs the engine as the top-level
 package `fillscope` (`ray_engine`: the one installed, when it is this pack's, else this pack's folder under that
@@ -21,6 +21,7 @@ from pathlib import Path
 
 from comfy_api.latest import io
 
+from ..fillscope.batch.reach import CONNECT_TIMEOUT_S
 from ..fillscope.errors import FillScopeInputError
 from . import common as c
 from .base import FillScopeNode
@@ -31,27 +32,36 @@ NOT_MODEL_FOLDERS = ("custom_nodes",)  # folder_paths entries that hold no model
 MAX_IMAGES = 64  # finished images the IMAGE output and the node's preview hold at most
 ENGINE_DIR = Path(__file__).resolve().parent.parent / "fillscope"
 NODE_INPUTS = {"--workers": "workers", "--device": "device", "--ray": "run_on", "--max-resident": "max_resident",
-               "max_resident": "max_resident"}  # the engine's (command line) input names -> this node's
+               "max_resident": "max_resident", "--connect-timeout": "connect_timeout"}  # the engine's (command line)
+# input names -> this node's ("--ray" is ray_address when run_on is 'ray cluster': as_node_error)
 
 
 # --- where a batch may read and write ----------------------------------------------------------------------------
 
-def _under(path: str, root: str) -> bool:
-    try:
-        return os.path.commonpath([path, root]) == root
-    except ValueError:  # another drive, or one relative and one absolute
-        return False
+def opened_path(path: str) -> str:
+    """`path` made absolute, its '..' resolved as opening it resolves them (the part up to its last '..' by its real
+    path: links before a '..' followed), the rest as written (links there are followed when the file is read)."""
+    parts = Path(path if os.path.isabs(path) else os.path.join(os.getcwd(), path)).parts  # abspath folds '..'
+    if ".." not in parts:
+        return os.path.normpath(os.path.join(*parts))
+    last = len(parts) - 1 - parts[::-1].index("..")
+    return os.path.normpath(os.path.join(os.path.realpath(os.path.join(*parts[:last + 1])), *parts[last + 1:]))
 
 
 def is_inside(path: str, roots) -> bool:
-    """`path` (absolute) lies in one of `roots`: as written when it holds no '..' (links in the folder are followed,
-    as the owner put them there), else where it leads once links and '..' are resolved."""
-    if os.path.isabs(path) and ".." not in Path(path).parts:
-        lexical = os.path.normpath(path)
-        if any(_under(lexical, os.path.normpath(os.path.abspath(r))) for r in roots):
-            return True
-    real = os.path.realpath(path)
-    return any(_under(real, os.path.realpath(r)) for r in roots)
+    """The loaders' rule (common.contained_path, as for a loader's source): `path` lies in one of `roots` when,
+    relative to it (as written, or to its real path), it does not climb out; a link inside is the owner's choice and
+    is followed, whether the path is absolute or climbs there with '..' from the manifest's folder (opened_path)."""
+    where = opened_path(path)
+    for root in roots:
+        for base in dict.fromkeys((os.path.abspath(root), os.path.realpath(root))):
+            try:
+                relative = os.path.relpath(where, base)
+            except ValueError:  # another drive
+                continue
+            if contained_path(relative) is not None:
+                return True
+    return False
 
 
 def input_root() -> str:
@@ -196,11 +206,13 @@ def import_ray():
     return ray
 
 
-def as_node_error(e: Exception) -> Exception:
+def as_node_error(e: Exception, run_on: str = RUN_ON[0]) -> Exception:
     """An engine FillScopeInputError (either copy of the engine) with the node's input names, else `e`."""
     name = getattr(e, "input_name", None)
     if name is None or not hasattr(e, "problem") or not hasattr(e, "fix"):
         return e
+    if name == "--ray" and run_on == "ray cluster":
+        return FillScopeInputError("ray_address", e.problem, e.fix)
     return FillScopeInputError(NODE_INPUTS.get(name, name), e.problem, e.fix)
 
 
@@ -238,14 +250,21 @@ class FillScopeBatch(FillScopeNode):
                                        "cluster at ray_address (the paths must name the same files on its nodes)."),
                 advanced(io.String.Input("ray_address", default="", optional=True,
                                          tooltip="ray cluster: the head's address (e.g. 10.0.0.5:6379, or 'auto').")),
-                advanced(io.Int.Input("workers", default=1, min=1, max=64, optional=True,
+                advanced(io.Int.Input("connect_timeout", default=CONNECT_TIMEOUT_S,
+                                      min=c.bounds.BATCH["connect_timeout"].min,
+                                      max=c.bounds.BATCH["connect_timeout"].max, optional=True,
+                                      tooltip="ray cluster: seconds to wait for the cluster to answer before the "
+                                              "batch fails (Cancel works while it waits).")),
+                advanced(io.Int.Input("workers", default=1, min=c.bounds.BATCH["workers"].min,
+                                      max=c.bounds.BATCH["workers"].max, optional=True,
                                       tooltip="Ray: CPU workers per node without GPUs (one worker per GPU "
                                               "otherwise).")),
                 advanced(io.Boolean.Input("keep_going", default=False, optional=True,
                                           tooltip="Jobs whose manifest line has problems fail alone instead of "
                                                   "stopping the batch (paths outside ComfyUI's folders always "
                                                   "stop it).")),
-                advanced(io.Int.Input("max_resident", default=1, min=1, max=16, optional=True,
+                advanced(io.Int.Input("max_resident", default=1, min=c.bounds.BATCH["max_resident"].min,
+                                      max=c.bounds.BATCH["max_resident"].max, optional=True,
                                       tooltip="Model stacks kept loaded between jobs (per worker on Ray).")),
                 advanced(io.Combo.Input("device", options=c.DEVICES, default="auto", optional=True,
                                         tooltip="auto = CUDA when available.")),
@@ -260,7 +279,7 @@ class FillScopeBatch(FillScopeNode):
 
     @classmethod
     def run(cls, rec, manifest, output_folder, run_on, ray_address="", workers=1, keep_going=False, max_resident=1,
-            device="auto"):
+            device="auto", connect_timeout=CONNECT_TIMEOUT_S):
         import comfy.model_management
         import comfy.utils
 
@@ -311,9 +330,10 @@ class FillScopeBatch(FillScopeNode):
             if run_on == "this process":
                 summary = run_here(engine, jobs, out, device, max_resident, on_result)
             else:
-                summary = run_on_ray(engine, run_on, address, jobs, out, workers, device, max_resident, on_result)
+                summary = run_on_ray(engine, run_on, address, jobs, out, workers, device, max_resident, on_result,
+                                     connect_timeout)
         except Exception as e:  # noqa: BLE001  (an engine FillScopeInputError: the node's input names)
-            error = as_node_error(e)
+            error = as_node_error(e, run_on)
             if error is e:
                 raise
             raise error from None
@@ -341,14 +361,19 @@ def run_here(engine, jobs, out, device, max_resident, on_result) -> dict:
         cache.clear()
 
 
-def run_on_ray(engine, run_on, address, jobs, out, workers, device, max_resident, on_result) -> dict:
-    """On Ray (a local one started for this batch and stopped afterwards, or the cluster at `address` joined),
-    the engine's folder shipped to the workers as a py_module (they import `fillscope` from it); nothing starts
-    when every job finished before."""
+def run_on_ray(engine, run_on, address, jobs, out, workers, device, max_resident, on_result,
+               connect_timeout=CONNECT_TIMEOUT_S) -> dict:
+    """On Ray (a local one started for this batch and stopped afterwards, or the cluster at `address` joined
+    within `connect_timeout` seconds, Cancel looked at while it waits), the engine's folder shipped to the workers
+    as a py_module (they import `fillscope` from it); nothing starts when every job finished before."""
+    from comfy import model_management
+
     runtime_env = {"py_modules": [str(ENGINE_DIR)], "excludes": ["__pycache__", "*.pyc"]}
     return engine.cluster.run_batch_on_ray(jobs, out, address="local" if run_on == "ray local" else address,
                                            workers=workers, device=device, max_resident=max_resident,
-                                           progress=False, on_result=on_result, runtime_env=runtime_env)
+                                           progress=False, on_result=on_result, runtime_env=runtime_env,
+                                           connect_timeout=connect_timeout,
+                                           check_cancel=model_management.throw_exception_if_processing_interrupted)
 
 
 def finished_images(jobs, summary: dict, out: Path):

@@ -7,7 +7,9 @@ from pathlib import Path
 
 from comfy_api.latest import io
 
+from ..fillscope import bounds  # the nodes' min/max (c.bounds), which the batch manifest checks too
 from ..fillscope.checkpoints import PICKLE_SUFFIXES, WEIGHT_SUFFIXES, sniff
+from ..fillscope.comfyui_tokenizers import TOKENIZER_FOLDERS  # kind -> folder in ComfyUI's comfy package
 from ..fillscope.errors import FillScopeInputError
 from ..fillscope.masks import prepare_image_and_mask
 from ..fillscope.weights import META, PLACEHOLDER
@@ -374,10 +376,12 @@ def mask_inputs():
         io.Image.Input("image"),
         io.Mask.Input("mask", tooltip="1 = repaint (ComfyUI's LoadImage mask is 1 - alpha)."),
         io.Boolean.Input("invert_mask", default=False),
-        io.Float.Input("threshold", default=0.5, min=0.0, max=1.0, step=0.01,
+        io.Float.Input("threshold", default=0.5, min=bounds.MASK["threshold"].min, max=bounds.MASK["threshold"].max,
+                       step=0.01,
                        tooltip="Binarise the mask at this value (diffusers uses 0.5). 0 keeps a soft mask."),
-        io.Int.Input("grow", default=0, min=0, max=256, tooltip="Dilate the mask by this many pixels."),
-        io.Int.Input("feather", default=0, min=0, max=128,
+        io.Int.Input("grow", default=0, min=bounds.MASK["grow"].min, max=bounds.MASK["grow"].max,
+                     tooltip="Dilate the mask by this many pixels."),
+        io.Int.Input("feather", default=0, min=bounds.MASK["feather"].min, max=bounds.MASK["feather"].max,
                      tooltip="Paste-back edge: ramps inward over this many pixels; kept pixels stay exact."),
         io.Combo.Input("size_mode", options=["pad", "crop"], default="pad",
                        tooltip="Sides not multiples of 16: pad (edge pixels, cropped off after) or center-crop."),
@@ -416,10 +420,6 @@ def record_sampler_result(rec, out, model) -> None:
         rec.warn("mask is empty: sampling skipped, the source image is returned unchanged")
     if model.is_meta:
         rec.note("meta weights: shapes only, no values")
-
-
-TOKENIZER_FOLDERS = {"clip": "sd1_tokenizer", "t5": "text_encoders/t5_tokenizer",
-                     "qwen": "text_encoders/qwen25_tokenizer"}  # Qwen's BPE: the engine adds Qwen3's special tokens
 
 
 def tokenizer_folder(kind: str) -> Path:
@@ -463,7 +463,8 @@ def step_cache_inputs(kinds):
                                 tooltip="Reuse the transformer's work of an earlier step when it changes little "
                                         "(diffusers' step caches): faster, at a quality cost the shapes report counts "
                                         "(steps whose last block was skipped). off: the sampler exactly as without.")),
-        advanced(io.Float.Input("cache_threshold", default=0.05, min=0.0, max=10.0, step=0.01, optional=True,
+        advanced(io.Float.Input("cache_threshold", default=0.05, min=bounds.STEP_CACHE["cache_threshold"].min,
+                                max=bounds.STEP_CACHE["cache_threshold"].max, step=0.01, optional=True,
                                 tooltip="How much change a cached step may hide: higher skips more. diffusers' "
                                         "defaults: first-block 0.05, mag 0.06; taylorseer ignores it (a full step "
                                         "every 5).")),

@@ -10,6 +10,7 @@ from comfy_api.latest import io
 
 from ..fillscope.errors import FillScopeInputError
 from ..fillscope.masks import synthetic_image_and_mask
+from ..fillscope.trace.records import MAX_JSON_DEPTH, json_depth
 from ..fillscope.trace.records import SCHEMA as SHAPES_SCHEMA
 from ..fillscope.trace.summary import boundary_rows, crop_line, format_rows
 from . import common as c
@@ -66,7 +67,14 @@ SHAPES_FIX = "wire a FillScope node's shapes output (the last node of the graph:
 
 
 def read_shapes(shapes: str) -> dict:
-    """The shapes document of a FillScope node's `shapes` output; FillScopeInputError('shapes') for anything else."""
+    """The shapes document of a FillScope node's `shapes` output; FillScopeInputError('shapes') for anything else.
+    Its nesting is counted first: JSON nested deeper than a shape record would exhaust the recursion of Python's JSON
+    reader (and of the writer and the table code after it)."""
+    depth = json_depth(shapes) if isinstance(shapes, str) else 0
+    if depth > MAX_JSON_DEPTH:
+        raise FillScopeInputError("shapes", f"is JSON nested {depth:,} arrays/objects deep; a FillScope shape record "
+                                            f"nests at most {MAX_JSON_DEPTH} deep (the limit), so it is not one.",
+                                  SHAPES_FIX)
     try:
         doc = json.loads(shapes)
     except (TypeError, ValueError) as e:

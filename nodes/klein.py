@@ -6,6 +6,7 @@ from __future__ import annotations
 from comfy_api.latest import io
 
 from ..fillscope.errors import FillScopeInputError
+from ..fillscope.masks import check_reference_batches
 from ..fillscope.pipelines.klein import (
     BASE_GUIDANCE,
     DISTILLED_STEPS,
@@ -75,6 +76,7 @@ class KleinInpaintCondition(FillScopeNode):
         if downscale:
             rec.warn(downscale)
         if reference is not None:
+            check_reference_batches([("reference", reference)], prepared.image.shape[0], "the image's batch")
             note_reference_crop(rec, "reference", reference)
         return {"vae": vae, "prepared": prepared, "reference": reference, "token_mask": token_mask}
 
@@ -122,6 +124,7 @@ class KleinEditCondition(FillScopeNode):
                 raise FillScopeInputError(name, f"is {value}, not a multiple of 16 px (one klein token).",
                                           f"set {name} to a multiple of 16, or 0 for the first image's size.")
         references = [(n, im) for n, im in (("image", image), ("image_2", image_2), ("image_3", image_3)) if im is not None]
+        check_reference_batches(references, max(im.shape[0] for _, im in references), "the largest image batch")
         for name, im in references:
             note_reference_crop(rec, name, im)
         return {"vae": vae, "references": [im for _, im in references], "width": width, "height": height}
@@ -178,14 +181,17 @@ class KleinSampler(FillScopeNode):
                 c.KleinModel.Input("transformer"),
                 c.KleinText.Input("positive"),
                 c.KleinCondition.Input("condition", tooltip="Klein Inpaint Condition or Klein Edit Condition."),
-                io.Int.Input("seed", default=0, min=0, max=2**63 - 1, control_after_generate=True,
+                io.Int.Input("seed", default=0, min=c.bounds.SEED.min, max=c.bounds.SEED.max,
+                             control_after_generate=True,
                              tooltip="Same seed -> same initial noise as diffusers (CPU generator)."),
-                io.Int.Input("steps", default=DISTILLED_STEPS, min=1, max=200,
+                io.Int.Input("steps", default=DISTILLED_STEPS, min=c.bounds.STEPS.min, max=c.bounds.STEPS.max,
                              tooltip="Distilled klein: 4. Base klein: about 50."),
-                io.Float.Input("guidance", default=BASE_GUIDANCE, min=0.0, max=30.0, step=0.1,
+                io.Float.Input("guidance", default=BASE_GUIDANCE, min=c.bounds.KLEIN["guidance"].min,
+                               max=c.bounds.KLEIN["guidance"].max, step=0.1,
                                tooltip="Classifier-free guidance for base models (4.0; 1 = off). Ignored by distilled "
                                        "models, which run without CFG."),
-                io.Float.Input("strength", default=1.0, min=0.01, max=1.0, step=0.01,
+                io.Float.Input("strength", default=1.0, min=c.bounds.KLEIN["strength"].min,
+                               max=c.bounds.KLEIN["strength"].max, step=0.01,
                                tooltip="Edit strength (inpaint only): 1 repaints the mask from noise; 0.3-0.7 starts from "
                                        "the noised source and runs the last steps, keeping its layout and colours."),
                 io.Combo.Input("model_type", options=list(MODEL_TYPES), default="auto",

@@ -29,7 +29,7 @@ from ..fillscope.placement import RESIDENCY, resolve_policy
 from ..fillscope.specs import COMPONENTS, PIPELINE_LAYOUTS
 from ..fillscope.text import load_clip_g, load_clip_l, load_qwen3, load_t5
 from ..fillscope.trace.records import ShapeRecorder
-from ..fillscope.vae import VAE_KINDS, latent_format, load_vae
+from ..fillscope.vae import VAE_KINDS, describe_widths, latent_format, load_vae
 from ..fillscope.weights import count_parameters, resolve_device
 from . import common as c
 from .common import advanced
@@ -243,7 +243,7 @@ class LoadVAE(_Loader):
     def describe(cls, rec, comp):
         fmt = latent_format(comp)
         if comp.kind == "flux2_vae":
-            rec.fact("latent format", f"{fmt.channels} ch at 1/{fmt.downscale} (32 ch x 2x2 patches), BatchNorm-normalised")
+            rec.fact("latent format", f"{describe_widths(comp)}, BatchNorm-normalised")
         else:
             rec.fact("latent format", f"{fmt.channels} ch, z = (mean - {fmt.shift}) * {fmt.scale}")
 

@@ -15,6 +15,8 @@ from ..fillscope.specs import sd3_side_limit
 from . import common as c
 from .base import FillScopeNode
 
+B = c.bounds.SD3_CONTROLNET  # the sampler's min/max (fillscope/bounds.py, which the batch manifest reads too)
+
 
 class SD3InpaintCondition(FillScopeNode):
     title = "SD3 inpaint condition"
@@ -66,16 +68,22 @@ class SD3ControlNetInpaintSampler(FillScopeNode):
                 c.SD3Text.Input("positive"),
                 c.SD3Text.Input("negative", tooltip="The negative prompt's SD3 text condition (an empty prompt is fine)."),
                 c.SD3Condition.Input("condition"),
-                io.Int.Input("seed", default=0, min=0, max=2**63 - 1, control_after_generate=True,
+                io.Int.Input("seed", default=0, min=c.bounds.SEED.min, max=c.bounds.SEED.max,
+                             control_after_generate=True,
                              tooltip="Same seed -> same initial noise as diffusers (CPU generator)."),
-                io.Int.Input("steps", default=28, min=1, max=200),
-                io.Float.Input("cfg", default=7.0, min=1.0, max=30.0, step=0.1, tooltip="Classifier-free guidance; 1 = off."),
-                io.Float.Input("control_scale", default=0.95, min=0.0, max=2.0, step=0.01,
+                io.Int.Input("steps", default=28, min=c.bounds.STEPS.min, max=c.bounds.STEPS.max),
+                io.Float.Input("cfg", default=7.0, min=B["cfg"].min, max=B["cfg"].max, step=0.1,
+                               tooltip="Classifier-free guidance; 1 = off."),
+                io.Float.Input("control_scale", default=0.95, min=B["control_scale"].min, max=B["control_scale"].max,
+                               step=0.01,
                                tooltip="ControlNet residual scale (0.95 on the model card)."),
-                io.Float.Input("control_start", default=0.0, min=0.0, max=1.0, step=0.01),
-                io.Float.Input("control_end", default=1.0, min=0.0, max=1.0, step=0.01),
-                io.Float.Input("shift", default=3.0, min=0.1, max=20.0, step=0.1, tooltip="Static schedule shift (SD3: 3.0)."),
-                io.Float.Input("denoise", default=1.0, min=0.01, max=1.0, step=0.01,
+                io.Float.Input("control_start", default=0.0, min=B["control_start"].min,
+                               max=B["control_start"].max, step=0.01),
+                io.Float.Input("control_end", default=1.0, min=B["control_end"].min,
+                               max=B["control_end"].max, step=0.01),
+                io.Float.Input("shift", default=3.0, min=B["shift"].min, max=B["shift"].max, step=0.1,
+                               tooltip="Static schedule shift (SD3: 3.0)."),
+                io.Float.Input("denoise", default=1.0, min=B["denoise"].min, max=B["denoise"].max, step=0.01,
                                tooltip="Below 1: start from the noised source image and run the last steps only."),
                 io.Combo.Input(
                     "residual_mapping", options=["one_to_one", "diffusers"], default="one_to_one",

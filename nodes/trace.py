@@ -16,8 +16,9 @@ from .inspect import output_stem
 
 def _trace_inputs():
     return [
-        io.Int.Input("width", default=1024, min=16, max=8192, step=1),
-        io.Int.Input("height", default=1024, min=16, max=8192, step=1),
+        io.Int.Input("width", default=1024, min=c.bounds.TRACE["width"].min, max=c.bounds.TRACE["width"].max, step=1),
+        io.Int.Input("height", default=1024, min=c.bounds.TRACE["height"].min, max=c.bounds.TRACE["height"].max,
+                     step=1),
         io.String.Input("prompt", multiline=True, default="a red brick fireplace"),
         io.Boolean.Input("line_trace", default=True, tooltip="Also trace every executed line of diffusers/transformers (slower)."),
         io.String.Input("filename_prefix", default="fillscope/trace"),

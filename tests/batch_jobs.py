@@ -77,3 +77,12 @@ def ray_tmp_env():
                 os.environ[k] = v
         tempfile.tempdir = None
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def closed_port() -> int:
+    """A port nothing listens on (bound once, then let go)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("0.0.0.0", 0))
+        return s.getsockname()[1]

@@ -95,6 +95,34 @@ def ray_tmp_env(tmp_path_factory):
         yield folder
 
 
+@pytest.fixture
+def silent_port():
+    """A port that accepts TCP connections and never sends a byte: (port, the connections accepted so far). Bound on
+    every interface: Ray dials a loopback host at this machine's own IP (fillscope/batch/reach.py)."""
+    import socket
+    import threading
+
+    listener = socket.socket()
+    listener.bind(("0.0.0.0", 0))
+    listener.listen(16)
+    accepted = []
+
+    def accept():
+        while True:
+            try:
+                accepted.append(listener.accept()[0])
+            except OSError:  # closed
+                return
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        yield listener.getsockname()[1], accepted
+    finally:
+        listener.close()
+        for conn in accepted:
+            conn.close()
+
+
 # --- real ComfyUI server (tests/comfy_server.py) -------------------------------------------------
 
 

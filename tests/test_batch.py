@@ -222,7 +222,7 @@ def test_a_bad_job_fails_alone_naming_its_field(jobs, inputs, cache, tmp_path):
     assert "input 'image'" in errors["missing-image"] and "nope.png" in errors["missing-image"]
     assert "input 'mask'" in errors["small-mask"] and "32x32" in errors["small-mask"]
     assert '"guidanse"' in errors["unknown-option"] and "guidance" in errors["unknown-option"]
-    assert "input 'size_mode'" in errors["bad-mode"]
+    assert 'field "size_mode"' in errors["bad-mode"] and "pad, crop" in errors["bad-mode"]  # refused when read
     logged = [json.loads(x) for x in (tmp_path / "batch.jsonl").read_text().splitlines()]
     assert {x["id"]: x["status"] for x in logged} == {**dict.fromkeys(errors, "error"), "flux": "ok"}
     assert sorted(p.name for p in tmp_path.glob("*.png")) == ["flux.png"]

@@ -1,5 +1,7 @@
 """FillScope's FLUX Fill path equals diffusers' FluxFillPipeline on the same tiny fp32 folder, image, mask and
-seed (mask binarised at 0.5 and VAE encode by the mean in both; no paste-back)."""
+seed (mask binarised at 0.5 and VAE encode by the mean in both; no paste-back); also on a "narrow" folder whose
+widths are not the published ones (tiny_flux.narrow_configs: an 8-channel VAE at 1/4, condition 32 + 64, transformer
+in 128 / out 32), which FillScope must take from the loaded configs as diffusers does."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from fillscope import masks
 from fillscope.pipelines import flux_fill
 from fillscope.sampling import initial_noise
 from fillscope.specs import pack_latents
-from tiny_flux import build_tiny_flux_fill_folder, load_fill_pipeline, run_diffusers_fill
+from tiny_flux import NARROW_LATENT_CHANNELS, build_tiny_flux_fill_folder, load_fill_pipeline, run_diffusers_fill
 
 H, W = 48, 64
 PROMPT = "a red brick fireplace in a living room"
@@ -36,6 +38,20 @@ def pipe(folder):
 
 
 @pytest.fixture(scope="module")
+def narrow(tmp_path_factory):
+    """(stack, pipe) of the narrow folder."""
+    folder = build_tiny_flux_fill_folder(tmp_path_factory.mktemp("tiny") / "FLUX.1-Fill-narrow", seed=0, narrow=True)
+    return (flux_fill.load_stack(folder, tokenizer_folders=(None, None), dtype="fp32", device="cpu"),
+            load_fill_pipeline(folder))
+
+
+def stack_and_pipe(request, widths):
+    if widths == "narrow":
+        return request.getfixturevalue("narrow")
+    return request.getfixturevalue("stack"), request.getfixturevalue("pipe")
+
+
+@pytest.fixture(scope="module")
 def inputs():
     g = torch.Generator().manual_seed(7)
     image = torch.rand(1, H, W, 3, generator=g)
@@ -58,11 +74,15 @@ def diffusers_run(pipe, image, mask, *, steps, seed, strength=1.0, output_type="
     )
 
 
-def test_image_matches_diffusers_fill_pipeline(stack, pipe, inputs):
+@pytest.mark.parametrize("widths", ["published", "narrow"])
+def test_image_matches_diffusers_fill_pipeline(request, inputs, widths):
+    stack, pipe = stack_and_pipe(request, widths)
     image, mask = inputs
-    _, ours = fillscope_run(stack, image, mask, steps=4, seed=42)
+    latent, ours = fillscope_run(stack, image, mask, steps=4, seed=42)
     ref = diffusers_run(pipe, image, mask, steps=4, seed=42)
     assert ours.shape == (1, H, W, 3)
+    channels, scale = (NARROW_LATENT_CHANNELS, 4) if widths == "narrow" else (16, 8)
+    assert latent.latents.shape == (1, channels, H // scale, W // scale)
     assert rel_err(ours.permute(0, 3, 1, 2), ref) < 1e-4
 
 
@@ -73,7 +93,9 @@ def test_latents_match_diffusers_fill_pipeline(stack, pipe, inputs):
     assert rel_err(pack_latents(out.latents), ref) < 1e-4
 
 
-def test_denoise_below_one_matches_diffusers_strength(stack, pipe, inputs):
+@pytest.mark.parametrize("widths", ["published", "narrow"])
+def test_denoise_below_one_matches_diffusers_strength(request, inputs, widths):
+    stack, pipe = stack_and_pipe(request, widths)
     image, mask = inputs
     out, ours = fillscope_run(stack, image, mask, steps=5, seed=11, denoise=0.6)
     assert out.info["steps_run"] == 3
@@ -117,3 +139,23 @@ def test_sampler_reports_every_step_and_stops_when_the_callback_raises(stack, in
     with pytest.raises(Interrupted):
         flux_fill.sample_flux_fill(stack["transformer"], flux_text, cond, steps=5, callback=interrupt_at_two)
     assert calls == [1, 2]
+
+
+def test_a_vae_and_transformer_of_different_widths_are_refused_before_the_first_step(stack, narrow, inputs):
+    """The narrow VAE's condition for the published-width transformer: refused naming both and their widths, before
+    the transformer runs."""
+    from fillscope.errors import FillScopeInputError
+
+    image, mask = inputs
+    cond = flux_fill.build_fill_condition(narrow[0]["vae"], masks.prepare_image_and_mask(image, mask))
+    text = flux_fill.encode_prompt(stack["clip_l"], stack["t5"], PROMPT)
+    calls = []
+    handle = stack["transformer"].model.register_forward_pre_hook(lambda m, a: calls.append(1))
+    try:
+        with pytest.raises(FillScopeInputError) as e:
+            flux_fill.sample_flux_fill(stack["transformer"], text, cond, steps=1)
+    finally:
+        handle.remove()
+    assert calls == [] and e.value.input_name == "transformer"
+    assert e.value.problem == ("takes in_channels 384 but the FLUX VAE (latent_channels 8 at 1/4) gives noisy 32 + "
+                               "condition 96 (masked latents 32 + mask 64) = 128.")

@@ -1,6 +1,8 @@
 """FillScope's FLUX.2 [klein] pipeline against diffusers' own Flux2KleinInpaintPipeline and Flux2KleinPipeline on
 tiny fp32 repository folders (tests/tiny_klein.py): same prompt, image, mask, seed -> the same image (relative
-error <= 1e-4), distilled (no CFG) and base (CFG against ""), with and without strength and reference images.
+error <= 1e-4), distilled (no CFG) and base (CFG against ""), with and without strength and reference images, and a
+"narrow" klein whose widths are not the published ones (tiny_klein.NARROW_*: an 8-channel VAE at 1/4, so 32-channel
+tokens of 8 px, distilled): FillScope must take them from the loaded configs as diffusers does.
 FillScope's deliberate difference in mask handling (token_mask="cover") is set to diffusers' ("bilinear") here and
 pinned down on its own below."""
 
@@ -11,7 +13,8 @@ import logging
 import pytest
 import torch
 from tiny_klein import (
-    build_tiny_klein_folder, load_pipeline, qwen_bpe_dir, run_diffusers_edit, run_diffusers_inpaint, uint8_image,
+    NARROW_LATENT_CHANNELS, build_tiny_klein_folder, load_pipeline, qwen_bpe_dir, run_diffusers_edit,
+    run_diffusers_inpaint, uint8_image,
 )
 from tiny_models import tokenizers_available
 
@@ -33,7 +36,8 @@ def relative_error(ours: torch.Tensor, reference: torch.Tensor) -> float:
 def folders(tmp_path_factory):
     root = tmp_path_factory.mktemp("klein")
     return {"distilled": build_tiny_klein_folder(root / "distilled", seed=0, distilled=True),
-            "base": build_tiny_klein_folder(root / "base", seed=0, distilled=False)}
+            "base": build_tiny_klein_folder(root / "base", seed=0, distilled=False),
+            "narrow": build_tiny_klein_folder(root / "narrow", seed=0, distilled=True, narrow=True)}
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +62,7 @@ def quiet_library_logs():
     logging.disable(logging.NOTSET)
 
 
-@pytest.mark.parametrize("model", ["distilled", "base"])
+@pytest.mark.parametrize("model", ["distilled", "base", "narrow"])
 @pytest.mark.parametrize("strength", [1.0, 0.6])
 @pytest.mark.parametrize("with_reference", [False, True])
 def test_inpaint_equals_diffusers_flux2_klein_inpaint_pipeline(folders, stacks, inputs, model, strength, with_reference):
@@ -72,10 +76,12 @@ def test_inpaint_equals_diffusers_flux2_klein_inpaint_pipeline(folders, stacks, 
         reference=None if reference is None else reference.permute(0, 3, 1, 2))
     assert ours.latent.info["cfg"] == (model == "base")
     assert ours.latent.info["steps_run"] == (4 if strength == 1.0 else 3)
+    token_px, channels = (8, NARROW_LATENT_CHANNELS * 4) if model == "narrow" else (16, 128)
+    assert ours.latent.latents.shape == (1, channels, H // token_px, W // token_px)
     assert relative_error(ours.image.permute(0, 3, 1, 2), theirs) <= TOLERANCE
 
 
-@pytest.mark.parametrize("model", ["distilled", "base"])
+@pytest.mark.parametrize("model", ["distilled", "base", "narrow"])
 @pytest.mark.parametrize("n_references", [1, 2])
 def test_mask_free_edit_equals_diffusers_flux2_klein_pipeline(folders, stacks, inputs, model, n_references):
     references = [inputs["image"], inputs["reference"]][:n_references]
@@ -148,3 +154,27 @@ def test_qwen3_tokenizer_from_comfyui_bpe_has_qwen3_special_tokens_and_template(
     ids = tok(text).input_ids
     assert ids[:3] == [151644, 872, 198] and ids[-4:] == [151667, 271, 151668, 271]
     assert tok.pad_token_id == 151643
+
+
+def test_a_vae_and_transformer_of_different_widths_are_refused_before_the_first_step(stacks, inputs):
+    """The narrow VAE's 32-channel tokens for the published-width transformer (128): refused naming both and their
+    widths, before the transformer runs; a latent decoded by a VAE of other widths is refused too."""
+    from fillscope.errors import FillScopeInputError
+
+    prepared = prepare_image_and_mask(inputs["image"], inputs["mask"])
+    cond = klein.build_inpaint_condition(stacks["narrow"]["vae"], prepared)
+    text = klein.encode_prompt(stacks["distilled"]["qwen3"], PROMPT)
+    calls = []
+    handle = stacks["distilled"]["transformer"].model.register_forward_pre_hook(lambda m, a: calls.append(1))
+    try:
+        with pytest.raises(FillScopeInputError) as e:
+            klein.sample_klein(stacks["distilled"]["transformer"], text, cond, steps=1)
+    finally:
+        handle.remove()
+    assert calls == [] and e.value.input_name == "transformer"
+    assert "in_channels 128" in e.value.problem
+    assert "FLUX.2 VAE (latent_channels 8 x 2x2 patches = 32 at 1/8)" in e.value.problem
+    latent = klein.sample_klein(stacks["narrow"]["transformer"], text, cond, steps=1)
+    with pytest.raises(FillScopeInputError) as e:
+        klein.decode_to_image(stacks["distilled"]["vae"], latent)
+    assert e.value.input_name == "vae" and "128-channel" in e.value.problem and "32 channels" in e.value.problem

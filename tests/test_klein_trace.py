@@ -81,7 +81,9 @@ def test_cli_writes_the_klein_report(tmp_path):
     assert written["model"] == "klein-4b" and (tmp_path / "klein-4b_trace.html").is_file()
 
 
-def test_cli_names_the_qwen_tokenizer_when_none_is_given(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "fillscope.cli", "trace", "klein-4b", "--weights", "meta",
-                          "--size", "256x256", "--out", str(tmp_path)], capture_output=True, text=True, timeout=300)
-    assert out.returncode == 2 and "--qwen-tokenizer DIR" in out.stderr
+def test_cli_names_the_qwen_tokenizer_when_none_is_given_or_found(tmp_path, monkeypatch, capsys):
+    from fillscope import cli  # without the flag the CLI looks for ComfyUI's (tests/test_manifest_bounds.py): none here
+
+    monkeypatch.setattr(cli, "find_tokenizer_folders", lambda kinds: ({}, ["nowhere"]))
+    assert cli.main(["trace", "klein-4b", "--weights", "meta", "--size", "256x256", "--out", str(tmp_path)]) == 2
+    assert "--qwen-tokenizer DIR" in capsys.readouterr().err

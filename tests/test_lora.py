@@ -317,6 +317,35 @@ def test_files_that_are_not_lora_are_refused(tmp_path):
         L.read_lora(write(tmp_path / "dora.safetensors", dora), comp)
 
 
+@pytest.mark.parametrize("where", ["down", "alpha tensor", "metadata alpha"])
+def test_nan_or_inf_in_a_lora_file_is_refused_when_read_blaming_the_lora(tmp_path, where):
+    """Checked once, when the file is read (as checkpoint weights are, fp8.nonfinite_count): the error names the file
+    and the tensor and says the LoRA is at fault, not the model (it used to pass and surface at step 1 as the
+    transformer's corrupt weights)."""
+    model = build("flux")
+    comp = component(model, "flux")
+    tensors, meta, _ = diffusers_lora(model)
+    key = "transformer.proj_out.lora_A.weight"
+    if where == "down":
+        tensors[key] = tensors[key].clone()
+        tensors[key][1, 3] = float("nan")
+    elif where == "alpha tensor":
+        tensors["transformer.proj_out.alpha"] = torch.tensor(float("inf"))
+        key = "transformer.proj_out.alpha"
+    else:
+        meta = {"lora_adapter_metadata": json.dumps({"transformer.r": 4, "transformer.lora_alpha": float("nan")})}
+    path = write(tmp_path / "broken_style.safetensors", tensors, meta)
+    with pytest.raises(FillScopeInputError) as e:
+        L.read_lora(path, comp)
+    msg = str(e.value)
+    assert e.value.input_name == "lora_name" and "'broken_style.safetensors'" in msg
+    assert "the LoRA file is broken" in msg and "not at fault" in msg and "LoRA again" in e.value.fix
+    if where != "metadata alpha":
+        assert f"tensor '{key}' in the LoRA file 'broken_style.safetensors' holds 1 NaN/inf values" in msg
+    else:
+        assert "the alpha nan in its lora_adapter_metadata" in msg
+
+
 def test_a_pickled_lora_is_refused_without_unpickling(tmp_path, monkeypatch):
     import pickle
 

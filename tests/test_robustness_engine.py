@@ -74,7 +74,8 @@ def test_flux_nan_weight_in_the_transformer_is_an_error_at_step_1(flux):
                     callback=lambda i, n: steps_seen.append(i))
     msg = str(e.value)
     assert "input 'transformer'" in msg and "the transformer produced NaN/inf at step 1" in msg
-    assert "its weights contain NaN/inf, or fp16 overflowed" in msg and "bf16" in msg and "Fix:" in msg
+    assert "its weights contain NaN/inf (tensor 'proj_out.weight' holds 1 of " in msg and "Fix:" in msg
+    assert "download it again" in msg and "LoRA" not in msg  # the weights scanned: they are at fault, and said so
     assert steps_seen == []  # stopped before the first step completed: no wasted steps, no image
 
 
@@ -149,6 +150,100 @@ def test_guards_skip_meta_tensors():
     meta = torch.empty(2, 3, device="meta")
     require_finite_first_step("transformer", meta, (("condition", meta, "the VAE"),))
     require_finite_result("transformer", meta)
+
+
+# ---- a NaN first step with LoRAs attached (issue 20): the LoRAs named, the weights blamed only when at fault -------
+
+
+def write_lora(path, model, modules: dict):
+    """A diffusers/PEFT LoRA file of rank 2 over {Linear name: (down value, up value)} of `model` (alpha = rank)."""
+    from safetensors.torch import save_file
+
+    linears = dict(model.named_modules())
+    tensors = {}
+    for name, (down, up) in modules.items():
+        m = linears[name]
+        tensors[f"transformer.{name}.lora_A.weight"] = torch.full((2, m.in_features), down)
+        tensors[f"transformer.{name}.lora_B.weight"] = torch.full((m.out_features, 2), up)
+    save_file(tensors, str(path))
+    return path
+
+
+def test_a_lora_that_overflows_at_step_1_is_named_and_the_weights_are_not_blamed(flux, tmp_path):
+    """Finite LoRA files (checked when read) whose product overflows fp32 at step 1: the message lists every LoRA of
+    the stack with its strength, says the weights are finite, and the fix is to detach them one at a time."""
+    from fillscope import lora as L
+
+    base = flux["transformer"]
+    mild = write_lora(tmp_path / "mild.safetensors", base.model, {"proj_out": (0.01, 0.01)})
+    huge = write_lora(tmp_path / "huge.safetensors", base.model, {"proj_out": (1e20, 1e20)})  # finite in fp32
+    patched = L.with_loras(base, [(L.read_lora(mild, base), 0.5), (L.read_lora(huge, base), 1.0)])
+    steps_seen = []
+    with pytest.raises(FillScopeInputError) as e:
+        flux_sample(flux, transformer=patched, callback=lambda i, n: steps_seen.append(i))
+    msg = str(e.value)
+    assert e.value.input_name == "transformer" and steps_seen == []
+    assert ("the transformer with LoRAs mild.safetensors (strength 0.5), huge.safetensors (strength 1) produced "
+            "NaN/inf at step 1, although its weights, the LoRA files and its inputs are finite: one of those "
+            "LoRAs") in msg
+    assert "detach the LoRAs" in e.value.fix and "download" not in msg and "weights contain" not in msg
+    assert torch.isfinite(flux_sample(flux, steps=1).latents).all()  # the base, shared with the copy, is untouched
+
+
+def small_component(lora_stack=(), dtype="fp32"):
+    from fillscope.weights import Component
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4))
+    return Component("flux_fill_transformer", model, "tiny", "tiny", "cpu", dtype,
+                     extras={"lora_stack": list(lora_stack)} if lora_stack else {})
+
+
+def test_first_step_guard_tells_weights_lora_factors_and_overflow_apart():
+    from types import SimpleNamespace
+
+    from fillscope.lora import DOWN, UP
+
+    nan_out = torch.full((1, 4), float("nan"))
+    comp = small_component()  # finite weights, no LoRA: the compute dtype overflowed
+    with pytest.raises(FillScopeInputError) as e:
+        require_finite_first_step("transformer", nan_out.half(), component=dataclasses.replace(comp, dtype="fp16"))
+    assert "although its weights and inputs are finite: the computation overflowed float16" in e.value.problem
+    assert e.value.fix == "load the models with dtype bf16 (or fp32)." and "weights file" not in str(e.value)
+
+    with torch.no_grad():
+        comp.model[0].bias[1] = float("inf")  # a weight at fault: named, and only then blamed
+    with pytest.raises(FillScopeInputError) as e:
+        require_finite_first_step("transformer", nan_out, component=comp)
+    assert "its weights contain NaN/inf (tensor '0.bias' holds 1 of 4 values)" in e.value.problem
+    assert "download it again" in e.value.fix
+
+    stack = [(SimpleNamespace(name="a.safetensors"), 1.0), (SimpleNamespace(name="b.safetensors"), 0.25)]
+    comp = small_component(stack, dtype="fp16")
+    comp.model[0].register_buffer(DOWN, torch.ones(2, 4), persistent=False)
+    comp.model[0].register_buffer(UP, torch.full((4, 2), float("inf")), persistent=False)  # scaled past fp16
+    with pytest.raises(FillScopeInputError) as e:
+        require_finite_first_step("transformer", nan_out, component=comp)
+    assert e.value.problem.startswith("the transformer with LoRAs a.safetensors (strength 1), b.safetensors "
+                                      "(strength 0.25) produced NaN/inf at step 1: the LoRA factors on layer '0'")
+    assert "lower the LoRAs' strengths" in e.value.fix
+
+
+@pytest.mark.parametrize("batches, name, found, batch", [((3, 2), "reference_2", 2, 3), ((2, 1, 3), "image", 2, 3)])
+def test_klein_edit_reference_batches_that_fit_neither_1_nor_the_batch_are_refused_before_encoding(batches, name,
+                                                                                                   found, batch):
+    """The edit condition's references against each other (the inpaint condition's reference against the image batch
+    runs through a server, tests/test_server_hardening.py): refused before the VAE is touched (it has no model here)."""
+    from fillscope.pipelines import klein
+    from fillscope.specs import shipped_config
+    from fillscope.weights import Component
+
+    vae = Component("flux2_vae", None, "none", "none", "cpu", "fp32", shipped_config("flux2_vae"))
+    images = [torch.rand(n, 32, 32, 3) for n in batches]
+    with pytest.raises(FillScopeInputError) as e:
+        klein.build_edit_condition(vae, images)
+    assert e.value.input_name == name
+    assert e.value.problem.startswith(f"holds a batch of {found} images for a batch of {batch} (the largest image "
+                                      "batch)")
 
 
 # ---- SD3 + inpainting ControlNet -----------------------------------------------------------------------------

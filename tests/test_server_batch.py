@@ -104,7 +104,8 @@ def first_run(server, manifest):
 def test_object_info_lists_the_batch_node_as_an_output_node_with_its_advanced_inputs(server):
     info = server.object_info()[BATCH]
     assert info["input_order"]["required"] == ["manifest", "output_folder", "run_on"]
-    assert info["input_order"]["optional"] == ["ray_address", "workers", "keep_going", "max_resident", "device"]
+    assert info["input_order"]["optional"] == ["ray_address", "connect_timeout", "workers", "keep_going",
+                                               "max_resident", "device"]
     for name in info["input_order"]["optional"]:
         assert info["input"]["optional"][name][1]["advanced"] is True, name
     assert info["input"]["required"]["run_on"][1]["options"] == ["this process", "ray local", "ray cluster"]
@@ -173,6 +174,43 @@ def test_a_job_reading_a_model_or_image_outside_comfyuis_folders_stops_the_batch
     assert not (server.output_dir / "fillscope_outside").exists()  # not even the folder: nothing ran
     entry = server.run(batch_prompt(manifest, "fillscope_batch"), timeout=300)
     assert "4 skipped" in summary_of(entry)
+
+
+def test_a_linked_model_folder_is_accepted_named_from_the_manifest_or_absolutely_as_the_loaders_accept_it(
+        server, manifest, tmp_path):
+    """A link inside models/diffusers to a model folder elsewhere: named climbing from the manifest's folder with
+    '..' or by its absolute path, both run (the loaders' rule: links in the folder followed); a path that escapes the
+    folders is refused both ways, and so is one that climbs out through the link ('<link>/../x')."""
+    elsewhere = tmp_path / "weights"
+    shutil.copytree(server.models_dir / "diffusers/FLUX.1-Fill-dev", elsewhere / "FLUX.1-Fill-dev")
+    shutil.copytree(server.models_dir / "diffusers/FLUX.1-Fill-dev", elsewhere / "beside")
+    link = server.models_dir / "diffusers/fs-linked-flux"
+    link.symlink_to(elsewhere / "FLUX.1-Fill-dev", target_is_directory=True)
+    try:
+        first = job_lines(server)[0]
+        relative = os.path.relpath(link, server.input_dir / "batches")
+        assert relative.startswith("..") and os.path.realpath(link) != str(link)
+        lines = [{**first, "id": "linked-relative", "models": relative},
+                 {**first, "id": "linked-absolute", "models": str(link)}]
+        name = write_manifest(server, "linked.jsonl", lines)
+        entry = server.run(batch_prompt(name, "fillscope_linked"), timeout=600)
+        assert summary_of(entry).startswith("2 job(s): 2 ok, 0 failed"), summary_of(entry)
+        out = server.output_dir / "fillscope_linked"
+        assert np.array_equal(np.array(Image.open(out / "linked-relative.png")),
+                              np.array(Image.open(out / "linked-absolute.png")))  # the same weights, the same seed
+
+        escapes = [{**first, "id": "out-relative", "models": os.path.relpath(elsewhere / "beside",
+                                                                            server.input_dir / "batches")},
+                   {**first, "id": "out-absolute", "models": str(elsewhere / "beside")},
+                   {**first, "id": "out-through-link", "models": str(link) + "/../beside"}]
+        name = write_manifest(server, "escapes.jsonl", escapes)
+        message = error_of(server, batch_prompt(name, "fillscope_escapes"))
+        assert "input 'manifest'" in message and "names 12 path(s)" in message, message  # 4 components a job
+        for n, job in enumerate(escapes, 1):
+            assert f'line {n}, job "{job["id"]}", field "models.transformer"' in message, message
+        assert not (server.output_dir / "fillscope_escapes").exists()
+    finally:
+        link.unlink()
 
 
 def test_an_output_folder_outside_the_output_folder_is_refused(server, manifest, first_run):

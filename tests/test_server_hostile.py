@@ -483,3 +483,91 @@ def test_flux_shift_extrapolation_is_a_warning_at_2048_px_with_meta_weights(serv
     assert (f"resolution shift mu extrapolated: 16384 tokens is outside the range FLUX.1 was calibrated on (256-4096 "
             f"tokens, up to ~1024x1024 px); mu = {flux_dynamic_mu(tokens):.2f}: the last step starts at sigma "
             f"{float(flux_sigmas(4, flux_dynamic_mu(tokens))[-2]):.2f}") in sampler["warnings"]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# FillScope Batch on a Ray cluster that does not answer (fillscope/batch/reach.py)
+# ---------------------------------------------------------------------------------------------------------------
+
+# Ray dials a loopback host at this machine's own IP: the silent listener listens on every interface, and the closed
+# port is one nothing listens on anywhere. No Ray starts in these tests (the address is refused before ray.init).
+
+
+@pytest.fixture
+def ray_batch(server):
+    """A one-job manifest (the tiny FLUX Fill folder, by absolute path) in the input folder, not run before: a
+    function making the Batch node's prompt for an address, with a fresh output folder each time."""
+    pytest.importorskip("ray", reason="ray is not installed (pip install 'fillscope[cluster]')")
+    import json
+
+    import numpy as np
+    from PIL import Image
+
+    where = server.input_dir / "hostile_ray"
+    where.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(np.full((32, 32, 3), 128, dtype=np.uint8), "RGB").save(where / "image.png")
+    Image.fromarray(np.full((32, 32), 255, dtype=np.uint8), "L").save(where / "mask.png")
+    job = {"id": "j0", "family": "flux-fill", "models": str(server.models_dir / "diffusers/FLUX.1-Fill-dev"),
+           "image": "image.png", "mask": "mask.png", "prompt": "a chair", "seed": 0, "steps": 1, "dtype": "fp32"}
+    (where / "one.jsonl").write_text(json.dumps(job) + "\n")
+    outputs = itertools.count()
+
+    def prompt(address, **advanced):
+        inputs = {"manifest": "hostile_ray/one.jsonl", "output_folder": f"hostile_ray_{next(outputs)}_{id(prompt)}",
+                  "run_on": "ray cluster", "ray_address": address, **advanced}
+        return {"1": {"class_type": "FillScopeBatch", "inputs": inputs}}
+
+    return prompt
+
+
+def test_a_ray_cluster_address_where_nothing_listens_is_refused_at_once_naming_it(server, ray_batch):
+    import time
+
+    from batch_jobs import closed_port
+
+    address = f"127.0.0.1:{closed_port()}"
+    start = time.monotonic()
+    msg = refused_when_run(server, ray_batch(address), "FillScopeBatch", "ray_address", nothing_saved=False)
+    took = time.monotonic() - start
+    assert took < 15, f"{took:.1f} s for a refused connection (connect_timeout 30 s)"
+    assert f"could not join the Ray cluster at '{address}'" in msg and "connection refused" in msg, msg
+    assert "`ray start --head`" in msg and "firewall" in msg and "Ray version" in msg, msg
+    next_prompt_succeeds(server)
+    entry = server.run(ray_batch(address, run_on="this process"), timeout=300)  # no Ray left half-initialised
+    assert entry["outputs"]["1"]["text"][0].startswith("1 job(s): 1 ok"), entry["outputs"]["1"]["text"]
+
+
+def test_a_ray_cluster_port_that_never_answers_times_out_naming_the_address_and_the_timeout(server, ray_batch,
+                                                                                           silent_port):
+    import time
+
+    port, accepted = silent_port
+    address = f"127.0.0.1:{port}"
+    start = time.monotonic()
+    msg = refused_when_run(server, ray_batch(address, connect_timeout=3), "FillScopeBatch", "ray_address",
+                           nothing_saved=False)
+    took = time.monotonic() - start
+    assert accepted and 3 <= took < 20, (len(accepted), took)
+    assert f"could not join the Ray cluster at '{address}'" in msg, msg
+    assert "did not answer as a Ray cluster" in msg and "within the connect timeout of 3 s" in msg, msg
+    next_prompt_succeeds(server)
+
+
+def test_cancel_while_connecting_to_a_ray_cluster_interrupts_the_prompt_at_once(server, ray_batch, silent_port):
+    import time
+
+    port, accepted = silent_port
+    prompt_id = server.queue(ray_batch(f"127.0.0.1:{port}", connect_timeout=600))
+    deadline = time.monotonic() + 120
+    while not accepted:  # the node is waiting for the cluster's first answer
+        assert time.monotonic() < deadline, "the Batch node never connected"
+        time.sleep(0.05)
+    time.sleep(0.5)
+    start = time.monotonic()
+    server.interrupt()
+    entry = server.wait(prompt_id, timeout=60, raise_on_error=False)
+    took = time.monotonic() - start
+    kinds = [kind for kind, _ in entry["status"]["messages"]]
+    assert "execution_interrupted" in kinds, kinds
+    assert took < 5, f"{took:.1f} s from the interrupt to the prompt's end"
+    next_prompt_succeeds(server)

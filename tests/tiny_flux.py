@@ -177,6 +177,22 @@ TINY_TRANSFORMER_CONFIG: dict[str, Any] = {
 
 TINY_VAE_CONFIG: dict[str, Any] = {**TINY_VAE_BASE_CONFIG, "scaling_factor": 0.3611, "shift_factor": 0.1159}
 
+# A Fill model of other widths than the published ones (FluxFillPipeline takes them from the configs too): an
+# 8-channel VAE with 3 levels (1/4), so noisy 8 x 4 = 32 ++ condition 32 + mask 4 x 4 x 4 = 64 -> in_channels 128,
+# out_channels 32.
+NARROW_LATENT_CHANNELS, NARROW_VAE_LEVELS = 8, 3
+
+
+def narrow_configs() -> tuple[dict[str, Any], dict[str, Any]]:
+    """(transformer, VAE) configs of the narrow Fill model."""
+    levels, c = NARROW_VAE_LEVELS, NARROW_LATENT_CHANNELS
+    vae = {**TINY_VAE_CONFIG, "latent_channels": c, "down_block_types": TINY_VAE_CONFIG["down_block_types"][:levels],
+           "up_block_types": TINY_VAE_CONFIG["up_block_types"][:levels],
+           "block_out_channels": TINY_VAE_CONFIG["block_out_channels"][:levels]}
+    scale = 2 ** (levels - 1)
+    transformer = {**TINY_TRANSFORMER_CONFIG, "in_channels": 2 * c * 4 + 4 * scale * scale, "out_channels": c * 4}
+    return transformer, vae
+
 # model_index.json of black-forest-labs/FLUX.1-Fill-dev (component classes as published).
 MODEL_INDEX_COMPONENTS: dict[str, list[str]] = {
     "scheduler": ["diffusers", "FlowMatchEulerDiscreteScheduler"],
@@ -196,17 +212,19 @@ T5_MAX_LENGTH = 512
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def build_tiny_components(seed: int = 0) -> dict[str, Any]:
+def build_tiny_components(seed: int = 0, *, narrow: bool = False) -> dict[str, Any]:
     """Build the tiny fp32 model components in memory (no tokenizers). Deterministic in ``seed``: each component
-    is built under its own seed (``seed * 16 + k``, see ``tiny_models.build_components``)."""
+    is built under its own seed (``seed * 16 + k``, see ``tiny_models.build_components``). ``narrow``: the
+    transformer and VAE of ``narrow_configs()``."""
     from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxTransformer2DModel
     from transformers import CLIPTextConfig, CLIPTextModel, T5Config, T5EncoderModel
 
+    transformer, vae = narrow_configs() if narrow else (TINY_TRANSFORMER_CONFIG, TINY_VAE_CONFIG)
     return build_components(
         seed,
         {
-            "transformer": (1, lambda: FluxTransformer2DModel(**TINY_TRANSFORMER_CONFIG)),
-            "vae": (3, lambda: AutoencoderKL(**TINY_VAE_CONFIG)),
+            "transformer": (1, lambda: FluxTransformer2DModel(**transformer)),
+            "vae": (3, lambda: AutoencoderKL(**vae)),
             "text_encoder": (4, lambda: CLIPTextModel(CLIPTextConfig(**TINY_CLIP_CONFIG))),
             "text_encoder_2": (5, lambda: T5EncoderModel(T5Config(**TINY_T5_CONFIG))),
         },
@@ -214,18 +232,18 @@ def build_tiny_components(seed: int = 0) -> dict[str, Any]:
     )
 
 
-def build_tiny_flux_fill_folder(dst: Path, seed: int = 0) -> Path:
+def build_tiny_flux_fill_folder(dst: Path, seed: int = 0, *, narrow: bool = False) -> Path:
     """Save a complete diffusers-format FLUX.1 Fill folder with tiny random fp32 weights to ``dst``.
 
     Layout (as black-forest-labs/FLUX.1-Fill-dev): model_index.json, scheduler/, text_encoder/ (CLIPTextModel),
     text_encoder_2/ (T5EncoderModel), tokenizer/ (CLIP BPE: vocab.json, merges.txt, configs, max length 77),
     tokenizer_2/ (T5 tokenizer.json + configs), transformer/, vae/. Weights as safetensors only. Same ``seed``
     gives identical weights. Loads back with ``from_pretrained(dst, local_files_only=True)`` / HF_HUB_OFFLINE=1.
-    Returns ``dst``.
+    ``narrow``: other widths than the published ones (``narrow_configs``). Returns ``dst``.
     """
     return save_pipeline_folder(
         dst,
-        build_tiny_components(seed),
+        build_tiny_components(seed, narrow=narrow),
         class_name="FluxFillPipeline",
         index_components=MODEL_INDEX_COMPONENTS,
         tokenizers={"tokenizer": write_clip_tokenizer, "tokenizer_2": write_t5_tokenizer},

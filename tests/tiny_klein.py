@@ -6,6 +6,7 @@ The tiny models keep klein's real geometry: Qwen3 with more than 28 layers (the 
 template, so the vocabulary is the full 151,936), a Flux2 transformer with 128 input channels and 4-axis RoPE, and
 the FLUX.2 VAE (32 latent channels at /8, 2x2 patches -> 128 at /16, BatchNorm statistics that are NOT the identity
 so the normalisation is exercised). model_index.json says Flux2KleinPipeline and is_distilled as published.
+`narrow=True` builds other widths than the published ones (NARROW_*), which FillScope must take from the configs.
 """
 
 from __future__ import annotations
@@ -36,6 +37,11 @@ TINY_VAE_CONFIG: dict[str, Any] = {
     "norm_num_groups": 8, "sample_size": 64, "use_quant_conv": True, "use_post_quant_conv": True,
     "mid_block_add_attention": True, "batch_norm_eps": 1e-4, "batch_norm_momentum": 0.1, "patch_size": [2, 2],
 }
+# A klein of other widths than the published ones (diffusers' klein pipelines take them from the configs too): an
+# 8-channel FLUX.2 VAE with 3 levels (1/4, 2x2 patches -> 32 channels at 1/8: one token is 8 px) and a transformer
+# reading 8 x 2x2 = 32 channels.
+NARROW_LATENT_CHANNELS, NARROW_VAE_LEVELS = 8, 3
+
 # FLUX.2 scheduler_config.json as FillScope assumes it (FLUX.1's dynamic shifting; mu from compute_empirical_mu)
 SCHEDULER_CONFIG: dict[str, Any] = {
     "base_image_seq_len": 256, "base_shift": 0.5, "max_image_seq_len": 4096, "max_shift": 1.15,
@@ -62,19 +68,24 @@ def write_qwen3_tokenizer(dst: Path) -> None:
     load_qwen3_tokenizer(qwen_bpe_dir()).save_pretrained(str(dst))
 
 
-def build_tiny_components(seed: int = 0, qwen_hidden: int | None = None) -> dict[str, Any]:
+def build_tiny_components(seed: int = 0, qwen_hidden: int | None = None, *, narrow: bool = False) -> dict[str, Any]:
     """`qwen_hidden` builds a Qwen3 of another width (and a transformer reading 3x that): the tiny stand-in for the
-    other klein size (4B: Qwen3-4B, 9B: Qwen3-8B)."""
+    other klein size (4B: Qwen3-4B, 9B: Qwen3-8B). `narrow`: the VAE and transformer of NARROW_* widths."""
     from diffusers import AutoencoderKLFlux2, FlowMatchEulerDiscreteScheduler, Flux2Transformer2DModel
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    qwen, transformer = dict(TINY_QWEN3_CONFIG), dict(TINY_TRANSFORMER_CONFIG)
+    qwen, transformer, vae = dict(TINY_QWEN3_CONFIG), dict(TINY_TRANSFORMER_CONFIG), dict(TINY_VAE_CONFIG)
     if qwen_hidden is not None:
         qwen["hidden_size"], transformer["joint_attention_dim"] = qwen_hidden, 3 * qwen_hidden
+    if narrow:
+        levels = NARROW_VAE_LEVELS
+        vae.update(latent_channels=NARROW_LATENT_CHANNELS, down_block_types=vae["down_block_types"][:levels],
+                   up_block_types=vae["up_block_types"][:levels], block_out_channels=vae["block_out_channels"][:levels])
+        transformer["in_channels"] = NARROW_LATENT_CHANNELS * 2 * 2
     out = build_components(seed, {
         "text_encoder": (1, lambda: Qwen3ForCausalLM(Qwen3Config(**qwen))),
         "transformer": (3, lambda: Flux2Transformer2DModel(**transformer)),
-        "vae": (4, lambda: AutoencoderKLFlux2(**TINY_VAE_CONFIG)),
+        "vae": (4, lambda: AutoencoderKLFlux2(**vae)),
     }, FlowMatchEulerDiscreteScheduler(**SCHEDULER_CONFIG))
     gen = torch.Generator("cpu").manual_seed(seed * 16 + 5)
     bn = out["vae"].bn
@@ -84,10 +95,12 @@ def build_tiny_components(seed: int = 0, qwen_hidden: int | None = None) -> dict
     return out
 
 
-def build_tiny_klein_folder(dst: Path, seed: int = 0, *, distilled: bool = True, qwen_hidden: int | None = None) -> Path:
+def build_tiny_klein_folder(dst: Path, seed: int = 0, *, distilled: bool = True, qwen_hidden: int | None = None,
+                            narrow: bool = False) -> Path:
     import json
 
-    folder = save_pipeline_folder(Path(dst), build_tiny_components(seed, qwen_hidden), class_name="Flux2KleinPipeline",
+    folder = save_pipeline_folder(Path(dst), build_tiny_components(seed, qwen_hidden, narrow=narrow),
+                                  class_name="Flux2KleinPipeline",
                                   index_components=MODEL_INDEX_COMPONENTS,
                                   tokenizers={"tokenizer": write_qwen3_tokenizer})
     index = json.loads((folder / "model_index.json").read_text())

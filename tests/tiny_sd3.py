@@ -231,6 +231,22 @@ TINY_SD3_VAE_CONFIG: dict[str, Any] = {
     "shift_factor": SD3_VAE_SHIFT_FACTOR,
 }
 
+# SD3 of other widths than the published ones (the ControlNet inpainting pipeline takes them from the configs too):
+# an 8-channel VAE with 3 levels (1/4), a transformer and a ControlNet of in/out_channels 8 (the ControlNet's
+# condition 8 + 1 = 9).
+NARROW_LATENT_CHANNELS, NARROW_VAE_LEVELS = 8, 3
+
+
+def narrow_config(name: str) -> dict[str, Any]:
+    """The narrow config of "transformer", "controlnet" or "vae"."""
+    c, levels = NARROW_LATENT_CHANNELS, NARROW_VAE_LEVELS
+    if name == "vae":
+        return {**TINY_SD3_VAE_CONFIG, "latent_channels": c,
+                **{k: TINY_SD3_VAE_CONFIG[k][:levels]
+                   for k in ("down_block_types", "up_block_types", "block_out_channels")}}
+    base = TINY_SD3_CONTROLNET_CONFIG if name == "controlnet" else TINY_SD3_TRANSFORMER_CONFIG
+    return {**base, "in_channels": c, "out_channels": c}
+
 TINY_CLIP_L_CONFIG: dict[str, Any] = {
     **TINY_CLIP_CONFIG,
     "hidden_size": TINY_CLIP_L_DIM,
@@ -281,17 +297,20 @@ CONTROLNET_FILL_STD = 0.05
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def build_tiny_sd3_components(seed: int = 0) -> dict[str, Any]:
+def build_tiny_sd3_components(seed: int = 0, *, narrow: bool = False) -> dict[str, Any]:
     """Build the tiny fp32 SD3 components in memory (no tokenizers). Deterministic in ``seed``: each component is
-    built under its own seed (``seed * 16 + k``, see ``tiny_models.build_components``)."""
+    built under its own seed (``seed * 16 + k``, see ``tiny_models.build_components``). ``narrow``: the transformer
+    and VAE of ``narrow_config``."""
     from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, SD3Transformer2DModel
     from transformers import CLIPTextConfig, CLIPTextModelWithProjection, T5Config, T5EncoderModel
 
+    transformer = narrow_config("transformer") if narrow else TINY_SD3_TRANSFORMER_CONFIG
+    vae = narrow_config("vae") if narrow else TINY_SD3_VAE_CONFIG
     return build_components(
         seed,
         {
-            "transformer": (1, lambda: SD3Transformer2DModel(**TINY_SD3_TRANSFORMER_CONFIG)),
-            "vae": (3, lambda: AutoencoderKL(**TINY_SD3_VAE_CONFIG)),
+            "transformer": (1, lambda: SD3Transformer2DModel(**transformer)),
+            "vae": (3, lambda: AutoencoderKL(**vae)),
             "text_encoder": (4, lambda: CLIPTextModelWithProjection(CLIPTextConfig(**TINY_CLIP_L_CONFIG))),
             "text_encoder_2": (5, lambda: CLIPTextModelWithProjection(CLIPTextConfig(**TINY_CLIP_G_CONFIG))),
             "text_encoder_3": (6, lambda: T5EncoderModel(T5Config(**TINY_SD3_T5_CONFIG))),
@@ -300,7 +319,7 @@ def build_tiny_sd3_components(seed: int = 0) -> dict[str, Any]:
     )
 
 
-def build_tiny_sd3_controlnet(seed: int = 0) -> tuple[Any, list[str]]:
+def build_tiny_sd3_controlnet(seed: int = 0, *, narrow: bool = False) -> tuple[Any, list[str]]:
     """The tiny SD3ControlNetModel in memory and the names of the zero-initialised parameters that were refilled.
 
     diffusers zero-initialises ``controlnet_blocks.*`` (23 Linear, weight and bias, CN:159-164) and
@@ -311,7 +330,7 @@ def build_tiny_sd3_controlnet(seed: int = 0) -> tuple[Any, list[str]]:
 
     base = int(seed) * 16
     with seeded(base + 7):
-        controlnet = SD3ControlNetModel(**TINY_SD3_CONTROLNET_CONFIG)
+        controlnet = SD3ControlNetModel(**(narrow_config("controlnet") if narrow else TINY_SD3_CONTROLNET_CONFIG))
     gen = torch.Generator("cpu").manual_seed(base + 8)
     filled = [
         f"{part}.{n}"
@@ -330,18 +349,19 @@ def _write_clip_g_tokenizer(dst: Path) -> None:
     write_clip_tokenizer(dst, pad=(CLIP_G_PAD_TOKEN, CLIP_G_PAD_ID))
 
 
-def build_tiny_sd3_folder(dst: Path, seed: int = 0) -> Path:
+def build_tiny_sd3_folder(dst: Path, seed: int = 0, *, narrow: bool = False) -> Path:
     """Save a complete diffusers-format SD3 folder with tiny random fp32 weights to ``dst``.
 
     Layout (as stabilityai/stable-diffusion-3-medium-diffusers): model_index.json (StableDiffusion3Pipeline),
     scheduler/, text_encoder/ + text_encoder_2/ (CLIPTextModelWithProjection), text_encoder_3/ (T5EncoderModel),
     tokenizer/ + tokenizer_2/ (CLIP BPE, max length 77; tokenizer_2 pads with "!" = 0), tokenizer_3/ (T5),
     transformer/ (SD3Transformer2DModel), vae/ (AutoencoderKL). Weights as safetensors only; same ``seed`` gives
-    identical weights; loads back with ``local_files_only=True`` / HF_HUB_OFFLINE=1. Returns ``dst``.
+    identical weights; loads back with ``local_files_only=True`` / HF_HUB_OFFLINE=1. ``narrow``: other widths than
+    the published ones (``narrow_config``). Returns ``dst``.
     """
     return save_pipeline_folder(
         dst,
-        build_tiny_sd3_components(seed),
+        build_tiny_sd3_components(seed, narrow=narrow),
         class_name="StableDiffusion3Pipeline",
         index_components=SD3_MODEL_INDEX_COMPONENTS,
         tokenizers={
@@ -352,7 +372,8 @@ def build_tiny_sd3_folder(dst: Path, seed: int = 0) -> Path:
     )
 
 
-def build_tiny_sd3_controlnet_folder(dst: Path, seed: int = 0, *, config_has_extra_channels: bool = True) -> Path:
+def build_tiny_sd3_controlnet_folder(dst: Path, seed: int = 0, *, config_has_extra_channels: bool = True,
+                                     narrow: bool = False) -> Path:
     """Save the tiny SD3 inpainting ControlNet as the alimama-creative/SD3-Controlnet-Inpainting layout: ONE model
     folder with config.json (SD3ControlNetModel) + diffusion_pytorch_model.safetensors. Same dims as the tiny
     transformer, num_layers 23, extra_conditioning_channels 1 (pos_embed_input.proj.weight [16, 17, 2, 2]).
@@ -361,7 +382,7 @@ def build_tiny_sd3_controlnet_folder(dst: Path, seed: int = 0, *, config_has_ext
     before diffusers knew the key would lack it: a plain ``from_pretrained`` then fails with a size mismatch, and
     ``load_sd3_inpaint_pipeline`` infers the channels from the weight. Returns ``dst``.
     """
-    dst = save_model_folder(dst, build_tiny_sd3_controlnet(seed)[0])
+    dst = save_model_folder(dst, build_tiny_sd3_controlnet(seed, narrow=narrow)[0])
     if not config_has_extra_channels:
         cfg = read_json(dst / "config.json")
         cfg.pop("extra_conditioning_channels", None)

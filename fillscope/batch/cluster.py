@@ -26,6 +26,7 @@ from pathlib import Path
 
 from ..errors import FillScopeInputError
 from .manifest import Job
+from .reach import CONNECT_TIMEOUT_S, join, refuse_while_given_up
 from .runner import (LOG, JobOutput, JobResult, ModelCache, _Progress, append_line, pending_jobs, stack_key,
                      summarise)
 
@@ -150,10 +151,14 @@ def plan_workers(nodes: list[dict], cpu_workers: int = 1, device: str = "auto") 
     return specs
 
 
-def connect(ray, address: str, workers: int, runtime_env: dict | None = None) -> bool:
+def connect(ray, address: str, workers: int, runtime_env: dict | None = None, *,
+            timeout_s: float = CONNECT_TIMEOUT_S, check_cancel=None) -> bool:
     """Ray initialised for this batch: `"local"` starts a cluster on this machine, anything else joins the
-    cluster at that address; `runtime_env` as ray.init takes it (the ComfyUI node ships the engine's folder as a
-    py_module). False when Ray was initialised before (the caller's; left running)."""
+    cluster at that address within `timeout_s`, calling `check_cancel()` (raises to cancel) while it waits
+    (reach.join: an unreachable or silent address is refused, Ray left shut down); `runtime_env` as ray.init takes
+    it (the ComfyUI node ships the engine's folder as a py_module). False when Ray was initialised before (the
+    caller's; left running)."""
+    refuse_while_given_up()
     if ray.is_initialized():
         return False
     kw = dict(include_dashboard=False, logging_level="warning", log_to_driver=False)
@@ -164,12 +169,7 @@ def connect(ray, address: str, workers: int, runtime_env: dict | None = None) ->
 
         ray.init(num_cpus=max(usable_cores(), workers), object_store_memory=LOCAL_OBJECT_STORE_BYTES, **kw)
     else:
-        try:
-            ray.init(address=address, **kw)
-        except (ConnectionError, ValueError, RuntimeError) as e:
-            raise FillScopeInputError("--ray", f"could not join the Ray cluster at {address!r} ({e}).",
-                                      "start it first (`ray start --head` prints its address), or use "
-                                      "--ray local.") from e
+        join(ray, address, kw, timeout_s, check_cancel)
     return True
 
 
@@ -392,11 +392,12 @@ class RayBatch:
 
 def run_batch_on_ray(jobs: list[Job], out_dir, *, address: str = "local", workers: int = 1, device: str = "auto",
                      max_resident: int = 1, progress: bool = True, on_result=None,
-                     max_attempts: int = MAX_ATTEMPTS, started=None, runtime_env: dict | None = None) -> dict:
+                     max_attempts: int = MAX_ATTEMPTS, started=None, runtime_env: dict | None = None,
+                     connect_timeout: float = CONNECT_TIMEOUT_S, check_cancel=None) -> dict:
     """Every job not finished before, on Ray workers (module docstring); the same summary as runner.run_batch.
     `address`: "local" (a cluster on this machine, stopped afterwards) or a cluster's address; `workers`: CPU
     workers per node without GPUs. `started(batch)` is called once the workers are up (tests use it to find the
-    workers' processes); `runtime_env`: for connect."""
+    workers' processes); `runtime_env`, `connect_timeout` (seconds), `check_cancel`: for connect."""
     start = time.perf_counter()
     ray = import_ray()
     out_dir = Path(out_dir)
@@ -404,7 +405,7 @@ def run_batch_on_ray(jobs: list[Job], out_dir, *, address: str = "local", worker
     todo, skipped = pending_jobs(jobs, out_dir)
     if not todo:
         return summarise(jobs, [], skipped, out_dir, start)
-    ours = connect(ray, address, workers, runtime_env)
+    ours = connect(ray, address, workers, runtime_env, timeout_s=connect_timeout, check_cancel=check_cancel)
     batch = None
     try:
         specs = plan_workers(ray.nodes(), workers, device)

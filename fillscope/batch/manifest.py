@@ -30,11 +30,17 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..bounds import MASK, SAMPLERS, SEED, STEPS, number_problem, path_problem, text_problem
+from ..compositing.removal import MASKED_FILLS
 from ..errors import FillScopeInputError
-from ..masks import prepare_image_and_mask
+from ..masks import SIZE_MODES, prepare_image_and_mask
 from ..parallel.cfg import CFG_DEGREES
 from ..parallel.context import ULYSSES_DEGREES
 from ..pipelines import PIPELINES
+from ..pipelines.klein import MODEL_TYPES, TOKEN_MASKS
+from ..pipelines.sd3_controlnet import RESIDUAL_MAPPINGS
+from ..speed import KLEIN_STEP_CACHES, STEP_CACHES
+from ..trace.records import json_depth
 
 SCHEMA = "fillscope.batch/1"
 FAMILIES = {"flux-fill": "flux-fill", "sd3-controlnet": "sd3-controlnet-inpaint", "klein-4b": "klein-4b",
@@ -51,9 +57,14 @@ FILE_OPTIONS = ("soft_mask", "reference")  # options whose value is an image fil
 MASK_NAMES = {"invert": "invert_mask"}  # prepare_image_and_mask's keyword -> the node input's name
 # ranks one job may run on: Ulysses degrees (the transformer's head count is checked when it runs); SD3: CFG parallel
 PARALLEL_DEGREES = {family: CFG_DEGREES if family == "sd3-controlnet" else ULYSSES_DEGREES for family in FAMILIES}
+# the menu options' choices, as the node's menu offers them (step_cache: the kinds the family's transformer runs)
+MENUS = {"residual_mapping": RESIDUAL_MAPPINGS, "model_type": MODEL_TYPES, "token_mask": TOKEN_MASKS,
+         "size_mode": SIZE_MODES, "masked_fill": MASKED_FILLS}
+STEP_CACHE_MENUS = {"flux-fill": STEP_CACHES, "klein-4b": KLEIN_STEP_CACHES, "klein-9b": KLEIN_STEP_CACHES}
 SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 MAX_SHOWN = 20  # problems listed in one ManifestError
 MAX_FINGERPRINT_FILES = 20000
+MAX_LINE_DEPTH = 8  # a job line is an object holding objects (models, tokenizers): 2 deep
 
 
 @dataclass
@@ -122,6 +133,26 @@ def valid_options(family: str) -> dict[str, object]:
     return {**sampler_options(family), **{name: default for name, (_, default) in mask_options().items()}}
 
 
+def option_bounds(family: str) -> dict:
+    """The numeric options of `family` -> their bounds (bounds.py: the node inputs' min/max); seed and steps are
+    the job's own keys."""
+    return {k: v for k, v in {**MASK, **SAMPLERS[FAMILIES[family]]}.items() if k not in ("seed", "steps")}
+
+
+def option_menu(family: str, name: str) -> tuple | None:
+    """The choices of a menu option (the node's Combo), None for an option that is no menu."""
+    return STEP_CACHE_MENUS.get(family) if name == "step_cache" else MENUS.get(name)
+
+
+def _shown(value, limit: int = 60) -> str:
+    """A value as a message shows it: JSON, ASCII only, at most `limit` characters."""
+    try:
+        text = json.dumps(value)
+    except (TypeError, ValueError):
+        text = ascii(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _type_problem(name: str, value, default) -> str | None:
     """Why `value` cannot stand where `default` does (None when it can): the type of the default decides."""
     if name in FILE_OPTIONS:
@@ -163,9 +194,9 @@ def _models(family: str, value, base: Path, add) -> dict:
     else:
         add("models", f"is {json.dumps(value)}.", fix)
         return {}
-    bad = [c for c, s in named.items() if s is not None and not (isinstance(s, str) and s)]
+    bad = {c: path_problem(s) for c, s in named.items() if s is not None and path_problem(s)}
     if bad:
-        add("models", f"the source of {', '.join(bad)} is not a path.", fix)
+        add("models", "the source of " + ", ".join(f"{c} {why}" for c, why in bad.items()) + ".", fix)
         return {}
     return {c: (s if s in WEIGHT_NAMES else resolve_path(s, base)) for c, s in named.items() if s is not None}
 
@@ -179,8 +210,10 @@ def _tokenizers(family: str, value, base: Path, add) -> dict:
     unknown = sorted(set(value) - set(keys))
     if unknown:
         add("tokenizers", f"names {', '.join(unknown)}; {family} reads {', '.join(keys)}.", fix)
-    if any(not (isinstance(v, str) and v) for v in value.values()):
-        add("tokenizers", "holds a value that is not a folder path.", fix)
+    bad = {k: path_problem(v) for k, v in value.items() if path_problem(v)}
+    if bad:
+        add("tokenizers", "holds a value that is no folder path: " + ", ".join(f"{k} {why}" for k, why in bad.items())
+            + ".", fix)
         return {}
     return {k: resolve_path(v, base) for k, v in value.items() if k in keys}
 
@@ -202,20 +235,18 @@ def job_from_line(obj: dict, line: int = 0, base: Path | str = ".") -> tuple[Job
     missing = [k for k in REQUIRED if k not in obj]
     if missing:
         add(missing[0], f"is missing (required: {', '.join(missing)}).", f"every job names {', '.join(REQUIRED)}.")
-    checks = (("prompt", str, "a string"), ("negative", str, "a string"), ("image", str, "a path"),
-              ("mask", str, 'a path or "alpha"'))
-    for name, kind, what in checks:
-        if name in obj and not isinstance(obj[name], kind):
-            add(name, f"is {json.dumps(obj[name])}, not {what}.", f"give {what}.")
-    for name, low in (("seed", 0), ("steps", 1)):
-        value = obj.get(name, low)
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            add(name, f"is {json.dumps(value)}.", f"give a whole number of {low} or more.")
+    checks = (("prompt", text_problem, "a string without NUL characters"), ("negative", text_problem, "a string"),
+              ("image", path_problem, "an image path"), ("mask", path_problem, 'a mask image path or "alpha"'))
+    for name, check, what in checks:
+        why = check(obj[name]) if name in obj else None
+        if why:
+            add(name, f"is {_shown(obj[name])}; it {why}.", f"give {what}.")
+    for name, bounds in (("seed", SEED), ("steps", STEPS)):  # the sampler nodes' seed and steps
+        why = number_problem(obj[name], bounds) if name in obj else None
+        if why:
+            add(name, f"is {_shown(obj[name])}; it {why}.", f"give a whole number from {bounds}.")
     if obj.get("dtype", DTYPES[0]) not in DTYPES:
-        add("dtype", f"is {json.dumps(obj['dtype'])}.", f"use one of {', '.join(DTYPES)}.")
-    for name in ("image", "mask"):
-        if obj.get(name) == "":
-            add(name, "is empty.", "give a path.")
+        add("dtype", f"is {_shown(obj['dtype'])}.", f"use one of {', '.join(DTYPES)}.")
     job = Job(id=job_id, family=family or str(obj.get("family")), line=obj, line_number=line,
               prompt=obj.get("prompt", ""), seed=obj.get("seed", 0), steps=obj.get("steps", 1),
               dtype=obj.get("dtype", "bf16"), negative=obj.get("negative"))
@@ -241,7 +272,7 @@ def job_from_line(obj: dict, line: int = 0, base: Path | str = ".") -> tuple[Job
         job.models = _models(family, obj["models"], base, add)
     if "tokenizers" in obj:
         job.tokenizers = _tokenizers(family, obj["tokenizers"], base, add)
-    options = valid_options(family)
+    options, bounds = valid_options(family), option_bounds(family)
     for name in sorted(set(obj) - set(REQUIRED) - {"negative", "tokenizers", "parallel"}):
         if name not in options:
             add(name, f"is no option of {family}.", f"use one of: {', '.join(sorted(options))}.")
@@ -249,8 +280,18 @@ def job_from_line(obj: dict, line: int = 0, base: Path | str = ".") -> tuple[Job
         value = obj[name]
         why = _type_problem(name, value, options[name])
         if why:
-            add(name, f"is {json.dumps(value)}; it {why}.",
+            add(name, f"is {_shown(value)}; it {why}.",
                 f"give a value like its default, {json.dumps(options[name])}.")
+            continue
+        why = (path_problem(value) if name in FILE_OPTIONS else
+               number_problem(value, bounds[name]) if name in bounds and value is not None else None)
+        if why:
+            add(name, f"is {_shown(value)}; it {why}.", f"give a value from {bounds[name]} (the node's {name})."
+                if name in bounds else "give an image path.")
+            continue
+        menu = option_menu(family, name)
+        if menu and value not in menu:
+            add(name, f"is {_shown(value)}, no choice of {family}'s {name}.", f"use one of {', '.join(menu)}.")
             continue
         if name in FILE_OPTIONS and not (name == "soft_mask" and value == "alpha"):
             value = resolve_path(value, base)
@@ -294,6 +335,11 @@ def read_manifest(path, *, strict: bool = True, base=None) -> list[Job]:
     jobs, fatal, seen = [], [], {}
     for n, raw in enumerate(text.splitlines(), 1):
         if not raw.strip() or raw.lstrip().startswith("#"):
+            continue
+        depth = json_depth(raw)
+        if depth > MAX_LINE_DEPTH:  # json.loads and the key's canonical JSON recurse: refuse before either runs
+            fatal.append(problem(n, None, "JSON", f"nests {depth} levels deep; a job nests at most {MAX_LINE_DEPTH}.",
+                                 "write one flat JSON object per line (models and tokenizers are one level deeper)."))
             continue
         try:
             obj = json.loads(raw)

@@ -5,6 +5,10 @@
     3. sample_flux_fill      Euler over the transformer: noisy [B,N,64] ++ condition [B,N,320] = 384 channels
     4. decode_to_image       [B,16,H/8,W/8] -> IMAGE [B,H,W,3] at the input's size
 
+The widths are the published models' (VAE: 16 latent channels at 1/8; 2x2 token patches); the code takes them
+from the loaded VAE's and transformer's configs: C latent channels at 1/s give noisy [B,N,4C] ++ condition
+[B,N,4C + 4s^2] and a transformer with in_channels 8C + 4s^2, out_channels 4C.
+
 `run` calls them in this order; each node calls one of them; the trace driver runs `run` under its tracers.
 
 Follows diffusers' FluxFillPipeline step for step (same packing, schedule, noise draw, guidance embedding and
@@ -17,7 +21,7 @@ Euler update), with these deliberate differences, each one an option:
   each Euler step the positions whose soft value is below the schedule's position are set back to the source
   noised to the next sigma.
 
-Shapes below are for 1024x1024, batch 1 (N = 4096 tokens).
+Shapes below are for 1024x1024, batch 1 (N = 4096 tokens), with the published widths.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from .. import vae as vae_ops
 from ..condition import ConditionSource
 from ..decode import SampledLatent, decode_to_image
 from ..errors import FillScopeInputError
-from ..masks import PreparedInput
+from ..masks import PreparedInput, require_grid
 from ..observe import observer_or_noop, stage
 from ..parallel.context import check_parallel, context_parallel, rank_shapes
 from ..sampling import (
@@ -49,7 +53,7 @@ from ..sampling import (
     soft_mask_to_latent,
     starting_point,
 )
-from ..specs import flux_image_ids, flux_scheduler_config, pack_latents, unpack_latents
+from ..specs import FLUX_PATCH, flux_image_ids, flux_scheduler_config, pack_latents, unpack_latents
 from ..text import FluxTextCondition
 from ..weights import Component, load_component
 
@@ -93,9 +97,10 @@ def encode_prompt(clip_l: Component, t5: Component, prompt: str, *, max_length: 
     return text_ops.flux_text_condition(t5_out, clip)
 
 
-def pack_mask(mask, vae_scale: int = 8):
-    """Pixel mask [B,1,H,W] -> [B, N, 256]: each 8x8 pixel block becomes 64 channels on the latent grid
-    [B,64,H/8,W/8], then 2x2 latent patches are packed like the latents (64*4 = 256)."""
+def pack_mask(mask, vae_scale: int):
+    """Pixel mask [B,1,H,W] -> [B, N, 4s^2] (s = the VAE's downscale; published s = 8: [B,N,256]): each s x s pixel
+    block becomes s^2 channels on the latent grid [B,s^2,H/s,W/s], then 2x2 latent patches are packed like the
+    latents (64*4 = 256), as diffusers' FluxFillPipeline.prepare_mask_latents with its vae_scale_factor."""
     b, _, h, w = mask.shape
     lh, lw = h // vae_scale, w // vae_scale
     m = mask[:, 0].reshape(b, lh, vae_scale, lw, vae_scale).permute(0, 2, 4, 1, 3)
@@ -128,8 +133,8 @@ def check_text(transformer: Component, text: FluxTextCondition, name: str = "flu
 class FillCondition(ConditionSource):
     """The Fill model's extra input: packed masked-image latents ++ packed mask."""
 
-    condition: object  # [B, N, 320] = masked latents [B,N,64] ++ mask [B,N,256]
-    masked_latents: object  # [B, 16, H/8, W/8] scaled latents of the masked image
+    condition: object  # [B, N, 320] = masked latents [B,N,64] ++ mask [B,N,256] (published widths)
+    masked_latents: object  # [B, C, H/s, W/s] (published [B,16,H/8,W/8]) scaled latents of the masked image
     latent_height: int
     latent_width: int
 
@@ -137,23 +142,31 @@ class FillCondition(ConditionSource):
     def tokens(self) -> int:
         return self.condition.shape[1]
 
+    @property
+    def latent_channels(self) -> int:
+        """C: the VAE's latent channels (16 for the FLUX VAE)."""
+        return self.masked_latents.shape[1]
+
 
 def build_fill_condition(vae: Component, prepared: PreparedInput, observe=None) -> FillCondition:
     """Step 2. `observe(name, tensor)` sees every boundary tensor (the shape records use it)."""
     import torch
 
     observe = observer_or_noop(observe)
-    if vae.kind != "flux_vae" or vae.config.get("latent_channels", 16) != 16:
-        # the SD3 VAE also has 16 channels: without this check the mistake would surface only at decode
+    if vae.kind != "flux_vae":
+        # the SD3 VAE also has 16 channels: without this check the mistake would surface only at decode (the widths
+        # are checked against the transformer's in sample_flux_fill)
         raise FillScopeInputError("vae", "FLUX Fill needs the 16-channel FLUX VAE (scale 0.3611, shift 0.1159); "
                                   f"this is the {vae.kind.replace('_vae', '').upper()} VAE.",
                                   "set the VAE loader's kind to flux.")
+    vae_scale = vae_ops.latent_format(vae).downscale
+    require_grid(prepared, vae_scale * FLUX_PATCH, f"this VAE ({vae_ops.describe_widths(vae)}) with 2x2 patches")
     # masked pixels -> 0 (mid grey in [-1,1]), exactly diffusers' init_image * (1 - mask)
     masked = prepared.image * (1.0 - prepared.mask)  # [B,3,H,W]
     masked_latents = vae_ops.encode(vae, masked)  # [B,16,H/8,W/8]
     mask = prepared.mask.to(device=masked_latents.device, dtype=masked_latents.dtype)
     packed_latents = pack_latents(masked_latents)  # [B,N,64]
-    packed_mask = pack_mask(mask)  # [B,N,256]
+    packed_mask = pack_mask(mask, vae_scale)  # [B,N,256]
     condition = torch.cat([packed_latents, packed_mask], dim=-1)  # [B,N,320]
     observe("masked_image", masked)
     observe("masked_image_latents", masked_latents)
@@ -163,6 +176,17 @@ def build_fill_condition(vae: Component, prepared: PreparedInput, observe=None) 
     _, _, lh, lw = masked_latents.shape
     return FillCondition(prepared=prepared, vae=vae, condition=condition, masked_latents=masked_latents,
                          latent_height=lh, latent_width=lw)
+
+
+def check_widths(transformer: Component, cond: FillCondition) -> None:
+    """The transformer's widths against the condition's VAE's, before anything is placed or sampled: in_channels =
+    noisy 4C + condition (masked latents 4C + mask 4s^2), out_channels = 4C, for C latent channels at 1/s (published:
+    64 + (64 + 256) = 384 in, 64 out)."""
+    noisy, width = cond.latent_channels * FLUX_PATCH * FLUX_PATCH, cond.condition.shape[-1]
+    gives = f"noisy {noisy} + condition {width} (masked latents {noisy} + mask {width - noisy}) = {noisy + width}"
+    vae_ops.check_denoiser_widths(transformer, cond.vae, noisy + width, gives, noisy, (
+        "load the FLUX.1 Fill transformer and the VAE it was trained with (published: the 16-channel FLUX VAE and "
+        "in_channels 64 + 320 = 384, out_channels 64)."))
 
 
 def soft_mask_latent(cond: FillCondition, soft_mask):
@@ -190,11 +214,12 @@ def sample_flux_fill(
     cache_threshold: float | None = None,
 ) -> SampledLatent:
     """Step 3. Flow-matching Euler over FLUX Fill. `callback(step, total)` runs after every step (ComfyUI's progress
-    bar raises from it on interrupt). `noise` overrides the seeded initial noise [B,16,h,w].
+    bar raises from it on interrupt). `noise` overrides the seeded initial noise [B,C,h,w] (C = 16 for the FLUX
+    VAE).
 
     `soft_mask` (ComfyUI MASK, 1 = repaint; None = plain FLUX Fill, the model's mask condition alone): differential
     diffusion (sampling.py has the formula). The mask goes to the latent grid [B,1,H/8,W/8] (an area average per
-    8x8 px); the blend runs per latent position in the packed token layout: the mask is expanded over the 16
+    8x8 px); the blend runs per latent position in the packed token layout: the mask is expanded over the C (16)
     channels and packed like the latents, so each of a token's 64 values follows its own latent position, which is
     the same as blending the unpacked [B,16,h,w] latents. The model still gets the condition's (hard) mask.
 
@@ -213,13 +238,7 @@ def sample_flux_fill(
     check_steps_and_denoise(steps, denoise)
     model = transformer.model
     cfg = transformer.config
-    if cfg.get("in_channels") != 64 + cond.condition.shape[-1]:
-        raise FillScopeInputError(
-            "transformer",
-            f"takes {cfg.get('in_channels')} input channels but noisy 64 + condition {cond.condition.shape[-1]} "
-            f"= {64 + cond.condition.shape[-1]}.",
-            "connect the FLUX.1 Fill transformer.",
-        )
+    check_widths(transformer, cond)
     check_text(transformer, text)
     device, dtype = transformer.device, model.dtype
     b = cond.condition.shape[0]
@@ -239,7 +258,8 @@ def sample_flux_fill(
     mu = flux_dynamic_mu(
         n_tokens, sched["base_image_seq_len"], sched["max_image_seq_len"], sched["base_shift"], sched["max_shift"]
     )
-    sigmas, noise, latents = starting_point(cond, flux_sigmas(steps, mu), steps, denoise, (b, 16, lh, lw), seed,
+    c = cond.latent_channels  # = the transformer's out_channels / 4 (check_widths)
+    sigmas, noise, latents = starting_point(cond, flux_sigmas(steps, mu), steps, denoise, (b, c, lh, lw), seed,
                                             device, dtype, noise)  # noise, latents: [B,16,h,w]
     run_steps = len(sigmas) - 1
     x = pack_latents(latents)  # [B,N,64]
@@ -248,7 +268,7 @@ def sample_flux_fill(
         sigma_first, sigma_end = differential_range(sigmas, flux_sigma_min(mu))
         soft_facts = describe_soft_mask(soft)
         observe("soft_mask.latent", soft)  # [B,1,h,w]
-        soft_packed = pack_latents(soft.expand(b, 16, lh, lw).contiguous()).to(device)  # [B,N,64], float32
+        soft_packed = pack_latents(soft.expand(b, c, lh, lw).contiguous()).to(device)  # [B,N,64], float32
         source_packed = pack_latents(cond.source_latents().to(device=device, dtype=dtype))  # [B,N,64]
         noise_packed = pack_latents(noise)  # [B,N,64]
 
@@ -288,7 +308,7 @@ def sample_flux_fill(
                     ("flux_text", [hidden_text, pooled], "the T5 / CLIP-L text encoder"),
                     ("condition", condition, "the VAE (masked-image latents)"),
                     ("condition", x, "the VAE (source latents, denoise < 1)"),
-                ))
+                ), component=transformer)
             x = euler_step(x, velocity, on_device[i], on_device[i + 1])
             if soft is not None:
                 free = differential_mask(soft_packed, step_sigmas[i], sigma_first, sigma_end)

@@ -24,7 +24,8 @@ deliberate differences, each an input that can be set to diffusers' behaviour:
 - `soft_mask` (optional, none in diffusers): differential diffusion as ComfyUI's node does it (sampling.py): the
   per-step re-blend keeps the tokens whose soft value is below the schedule's position, instead of the token mask's.
 
-Shapes below are for 1024x1024, batch 1, klein 4B (N = 4096 image tokens; 9B: 12288 text channels).
+Shapes below are for 1024x1024, batch 1, klein 4B (N = 4096 image tokens; 9B: 12288 text channels) and the published
+VAE's widths (32 x 2x2 = 128 channels at 1/16); the code takes them from the loaded VAE's and transformer's configs.
 """
 
 from __future__ import annotations
@@ -37,13 +38,14 @@ from .. import vae as vae_ops
 from ..condition import ConditionSource
 from ..decode import SampledLatent, decode_to_image
 from ..errors import FillScopeInputError
-from ..masks import PreparedInput
+from ..masks import PreparedInput, check_reference_batches, prepare_reference, require_grid
 from ..observe import observer_or_noop, stage
 from ..parallel.context import check_parallel, context_parallel, rank_shapes
 from ..sampling import (blend_with_source, check_finite_settings, check_steps_and_denoise, describe_soft_mask,
                         differential_mask, differential_range, euler_step, flux_sigma_min, flux_sigmas, initial_noise,
-                        require_finite_first_step, require_finite_result, soft_mask_to_latent, truncate_for_denoise)
-from ..specs import shipped_config
+                        require_finite_first_step, require_finite_result, require_noise_shape, soft_mask_to_latent,
+                        truncate_for_denoise)
+from ..specs import MIN_SIDE, shipped_config
 from ..weights import Component, load_component
 
 FAMILY = "klein"
@@ -152,22 +154,6 @@ def tokens_from_mask(mask, height: int, width: int, mode: str = "cover"):
     return pack_tokens(small)  # [B,h*w,1]
 
 
-def prepare_reference(image, name: str = "reference"):
-    """IMAGE [B,H,W,3] (or RGBA / greyscale) -> [B,3,H',W'] in [-1,1], centre-cropped to multiples of 16 px (no
-    resampling; diffusers resizes to the same size with a centre crop, identical when the sides are multiples)."""
-    from ..masks import _as_rgb
-
-    notes: list = []
-    rgb = _as_rgb(image, notes)
-    _, h, w, _ = rgb.shape
-    gh, gw = (h // 16) * 16, (w // 16) * 16
-    if gh == 0 or gw == 0:
-        raise FillScopeInputError(name, f"is {w}x{h}; the smallest reference is 16x16 px.", "use a larger image.")
-    top, left = (h - gh) // 2, (w - gw) // 2
-    chw = rgb[:, top:top + gh, left:left + gw].permute(0, 3, 1, 2)
-    return (chw * 2.0 - 1.0).contiguous()
-
-
 @dataclass(kw_only=True)
 class KleinCondition(ConditionSource):
     """The reference tokens the transformer attends to, and (inpaint) the source and token mask the sampler
@@ -196,7 +182,7 @@ class KleinCondition(ConditionSource):
 
 def _require_flux2_vae(vae: Component) -> None:
     if vae.kind != "flux2_vae":
-        raise FillScopeInputError("vae", f"klein needs the FLUX.2 VAE (32 channels, BatchNorm-normalised); this is the "
+        raise FillScopeInputError("vae", f"klein needs the FLUX.2 VAE (BatchNorm-normalised 2x2 patches); this is the "
                                   f"{vae.kind.replace('_vae', '').upper()} VAE.", "set the VAE loader's kind to flux2.")
 
 
@@ -219,14 +205,15 @@ def _reference_tokens(vae: Component, images, start_offset: int, batch: int, obs
     return torch.cat(tokens, dim=1), torch.cat(ids, dim=1), sizes
 
 
-def diffusers_downscale_note(prepared: PreparedInput) -> str | None:
+def diffusers_downscale_note(prepared: PreparedInput, unit: int = MIN_SIDE) -> str | None:
     """Above 1024x1024 px diffusers' klein pipelines shrink the input to about one megapixel without a word;
-    FillScope runs the size it is given and says what diffusers would have done instead (None at or below it)."""
+    FillScope runs the size it is given and says what diffusers would have done instead (None at or below it);
+    `unit`: one token's side in px (the node's model-free prepare step has no VAE yet and counts the published 16)."""
     h, w = prepared.image.shape[-2:]
     if h * w <= DIFFUSERS_MAX_PIXELS:
         return None
-    return (f"runs at {w}x{h} ({(h // 16) * (w // 16):,} tokens); diffusers' klein pipelines would shrink this input "
-            "to about 1 megapixel first: to match them, scale the image to 1.0 megapixels before this node (e.g. "
+    return (f"runs at {w}x{h} ({(h // unit) * (w // unit):,} tokens); diffusers' klein pipelines would shrink this "
+            "input to about 1 megapixel first: to match them, scale the image to 1.0 megapixels before this node (e.g. "
             "ImageScaleToTotalPixels), or crop around the mask (Crop For Inpaint)")
 
 
@@ -236,13 +223,17 @@ def build_inpaint_condition(vae: Component, prepared: PreparedInput, reference=N
     reference (t=10); `reference` (IMAGE, optional: "put this object there") follows at t=20."""
     observe = observer_or_noop(observe)
     _require_flux2_vae(vae)
-    note = diffusers_downscale_note(prepared)
+    if reference is not None:
+        check_reference_batches([("reference", reference)], prepared.image.shape[0], "the image's batch")
+    unit = vae_ops.latent_format(vae).downscale  # one token's side: the VAE's downscale x patch (16 px published)
+    require_grid(prepared, unit, f"this FLUX.2 VAE ({vae_ops.describe_widths(vae)})")
+    note = diffusers_downscale_note(prepared, unit)
     if note and note not in prepared.notes:
         prepared.notes.append(note)
     source = vae_ops.encode(vae, prepared.image)  # [B,128,H/16,W/16]
     b, _, h, w = source.shape
     observe("source_latents", source)
-    extra = [prepare_reference(reference)] if reference is not None else []
+    extra = [prepare_reference(reference, unit=unit)] if reference is not None else []
     references, ids, sizes = _reference_tokens(vae, extra, SOURCE_TIME_OFFSET * 2, b, observe) if extra else (None, None, [])
     import torch
 
@@ -263,7 +254,7 @@ def build_inpaint_condition(vae: Component, prepared: PreparedInput, reference=N
 def build_edit_condition(vae: Component, references: list, *, width: int = 0, height: int = 0,
                          observe=None) -> KleinCondition:
     """Step 2 (edit, no mask). Reference images (IMAGE each) at t = 10, 20, ...; the output is width x height,
-    or the first reference's size (multiples of 16) when 0, as diffusers does."""
+    or the first reference's size (multiples of one token, 16 px published) when 0, as diffusers does."""
     import torch
 
     from ..masks import Geometry
@@ -272,13 +263,17 @@ def build_edit_condition(vae: Component, references: list, *, width: int = 0, he
     _require_flux2_vae(vae)
     if not references:
         raise FillScopeInputError("image", "the edit needs at least one reference image.", "connect an IMAGE.")
-    pixels = [prepare_reference(image, "image" if i == 0 else f"reference_{i + 1}") for i, image in enumerate(references)]
+    unit = vae_ops.latent_format(vae).downscale  # one token's side (16 px published)
+    pixels = [prepare_reference(image, "image" if i == 0 else f"reference_{i + 1}", unit=unit)
+              for i, image in enumerate(references)]
     batch = max(p.shape[0] for p in pixels)
+    check_reference_batches([("image" if i == 0 else f"reference_{i + 1}", p) for i, p in enumerate(pixels)], batch,
+                            "the largest image batch")
     tokens, ids, sizes = _reference_tokens(vae, pixels, SOURCE_TIME_OFFSET, batch, observe)
     out_h, out_w = height or sizes[0][0], width or sizes[0][1]
-    if out_h % 16 or out_w % 16:
-        raise FillScopeInputError("width/height", f"{out_w}x{out_h} is not a multiple of 16 px (one klein token).",
-                                  "set width and height to multiples of 16, or 0 for the reference's size.")
+    if out_h % unit or out_w % unit:
+        raise FillScopeInputError("width/height", f"{out_w}x{out_h} is not a multiple of {unit} px (one klein token).",
+                                  f"set width and height to multiples of {unit}, or 0 for the reference's size.")
     blank = torch.zeros(batch, out_h, out_w, 3)
     prepared = PreparedInput(image=blank.permute(0, 3, 1, 2), mask=torch.ones(batch, 1, out_h, out_w), source=blank,
                              paste_mask=torch.ones(batch, out_h, out_w, 1), geometry=Geometry(out_h, out_w, out_h, out_w, "exact"),
@@ -286,7 +281,7 @@ def build_edit_condition(vae: Component, references: list, *, width: int = 0, he
     observe("reference_tokens", tokens)  # [B,4096,128] per 1024^2 reference
     observe("reference_ids", ids)
     return KleinCondition(prepared=prepared, vae=vae, references=tokens, reference_ids=ids,
-                          latent_height=out_h // 16, latent_width=out_w // 16, reference_sizes=sizes)
+                          latent_height=out_h // unit, latent_width=out_w // unit, reference_sizes=sizes)
 
 
 # --- 3. sampling --------------------------------------------------------------------------------------------------
@@ -349,8 +344,8 @@ def sample_klein(
 ) -> SampledLatent:
     """Step 3. Flow-matching Euler. Distilled models: one transformer call a step, guidance ignored. Base models
     with guidance > 1: classifier-free guidance against `negative` (the encoded "" unless given). `strength` < 1
-    starts from the source noised to the first kept sigma (inpaint only). `noise` overrides the seeded
-    [B,128,h,w] draw; `callback(step, total)` runs after every step (ComfyUI's progress bar raises from it).
+    starts from the source noised to the first kept sigma (inpaint only). `noise` overrides the seeded [B,C,h,w] draw
+    (C = in_channels, 128 published); `callback(step, total)` runs after every step (ComfyUI's progress bar raises).
 
     `soft_mask` (ComfyUI MASK, 1 = repaint; inpaint only): differential diffusion (sampling.py has the formula) on
     the token grid [B,1,H/16,W/16]: each step's re-blend keeps the tokens below the schedule's position (the source
@@ -382,9 +377,10 @@ def sample_klein(
             "text", f"is {width} channels wide but this transformer reads {cfg.get('joint_attention_dim')} "
             f"(klein 4B: 7680 from Qwen3-4B; klein 9B: 12288 from Qwen3-8B).",
             "load the Qwen3 encoder that belongs with this transformer (4B with Qwen3-4B, 9B with Qwen3-8B).")
-    if cfg.get("in_channels") != cond.references.shape[-1]:
-        raise FillScopeInputError("transformer", f"takes {cfg.get('in_channels')} channels; the FLUX.2 latents have "
-                                  f"{cond.references.shape[-1]}.", "connect a FLUX.2 [klein] transformer.")
+    channels = cond.references.shape[-1]  # the VAE's latent_channels x patch^2 (published 32 x 2x2 = 128)
+    vae_ops.check_denoiser_widths(transformer, cond.vae, channels, f"{channels}-channel tokens", channels,
+                                  "load the klein transformer and the FLUX.2 VAE of one model (published: 32 x 2x2 = "
+                                  "in_channels 128).")
     use_cfg = guidance > 1.0 and not distilled
     if use_cfg and negative is None:
         raise FillScopeInputError("negative", "a base model with guidance > 1 needs the negative prompt's encoding.",
@@ -408,7 +404,9 @@ def sample_klein(
     if len(sigmas) < 2:
         raise FillScopeInputError("strength", f"{strength} leaves no step out of {steps}.", "raise strength or steps.")
     run_steps = len(sigmas) - 1
-    noise = initial_noise((b, 128, h, w), seed, device, dtype) if noise is None else noise
+    shape = (b, channels, h, w)  # channels = the transformer's in_channels (checked above), as diffusers draws it
+    noise = initial_noise(shape, seed, device, dtype) if noise is None else noise
+    require_noise_shape(noise, shape)
     noise_tokens = pack_tokens(noise.to(device=device, dtype=dtype))  # [B,N,128]
     on_device = sigmas.to(device)
     if cond.is_edit:
@@ -458,7 +456,7 @@ def sample_klein(
                 require_finite_first_step("transformer", velocity, (
                     ("text", [prompt], "the Qwen3 text encoder"),
                     ("condition", references, "the FLUX.2 VAE (reference latents)"),
-                ))
+                ), component=transformer)
             x = euler_step(x, velocity, on_device[i], on_device[i + 1])
             if soft is not None:
                 free = differential_mask(soft_tokens, step_sigmas[i], sigma_first, sigma_end)

@@ -21,7 +21,9 @@ differences, each one an option:
   each Euler step the latent positions whose soft value is below the schedule's position are set back to the
   source noised to the next sigma.
 
-Shapes below are for 1024x1024, batch 1 (latent 128x128, 4096 patches of 2x2, width 1536 for SD3-medium).
+Shapes below are for 1024x1024, batch 1 (latent 128x128, 4096 patches of 2x2, width 1536 for SD3-medium), with the
+published widths: 16 latent channels at 1/8, the ControlNet's 16 + 1 = 17. The code takes them from the loaded
+VAE's, transformer's and ControlNet's configs (check_widths): C latent channels give a [B,C+1,H/s,W/s] condition.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from .. import vae as vae_ops
 from ..condition import ConditionSource
 from ..decode import SampledLatent, decode_to_image
 from ..errors import FillScopeInputError
-from ..masks import PreparedInput
+from ..masks import PreparedInput, require_grid
 from ..observe import observer_or_noop, stage
 from ..parallel.cfg import check_cfg_parallel, gather_guidance_pair, rank_pass
 from ..sampling import (
@@ -51,7 +53,8 @@ from ..sampling import (
     static_shift_sigma_min,
     static_shift_sigmas,
 )
-from ..specs import MIN_SIDE, SideLimit, pos_embed_side_limit, scheduler_config, sd3_side_limit, shipped_variant
+from ..specs import (MIN_SIDE, SideLimit, model_config, pos_embed_side_limit, scheduler_config, sd3_side_limit,
+                     shipped_variant)
 from ..text import SD3TextCondition
 from ..weights import Component, load_component
 
@@ -142,9 +145,14 @@ def check_image_size(prepared: PreparedInput) -> None:
 
 @dataclass(kw_only=True)
 class InpaintCondition(ConditionSource):
-    """The ControlNet's condition: masked-image latents (16) ++ keep-mask (1)."""
+    """The ControlNet's condition: masked-image latents (C = the VAE's latent channels, 16 published) ++ keep-mask
+    (1, the last channel)."""
 
-    control: object  # [B, 17, H/8, W/8]
+    control: object  # [B, 17, H/8, W/8] (published)
+
+    @property
+    def latent_channels(self) -> int:
+        return self.control.shape[1] - 1
 
 
 def build_inpaint_condition(vae: Component, prepared: PreparedInput, observe=None) -> InpaintCondition:
@@ -157,6 +165,8 @@ def build_inpaint_condition(vae: Component, prepared: PreparedInput, observe=Non
         raise FillScopeInputError("vae", "the SD3 ControlNet needs the SD3 VAE (scale 1.5305, shift 0.0609).",
                                   "set the VAE loader's kind to sd3.")
     check_image_size(prepared)  # before the VAE encodes
+    fmt = vae_ops.latent_format(vae)
+    require_grid(prepared, fmt.downscale, f"this VAE ({vae_ops.describe_widths(vae)})")
     image, mask = prepared.image, prepared.mask  # [B,3,H,W] in [-1,1], [B,1,H,W] 1 = repaint
     masked = image.clone()
     masked[(mask > 0.5).expand_as(masked)] = -1.0  # repaint pixels -> black, as diffusers
@@ -189,8 +199,10 @@ def _one_to_one_hooks(transformer, residuals):
 def check_side_limits(transformer: Component, controlnet: Component, cond: InpaintCondition) -> None:
     """The loaded transformer's and ControlNet's own position-embedding grids (a variant or a file may differ from
     the shipped default the condition node checked), before any sampling work."""
-    lh = cond.control.shape[-2]
-    scale = max(1, cond.prepared.geometry.grid_height // max(1, lh))  # the VAE's downscale (8)
+    if cond.vae is not None:
+        scale = vae_ops.latent_format(cond.vae).downscale  # the condition's VAE's downscale (8 published)
+    else:  # a condition built without its VAE: the downscale its own grids show
+        scale = max(1, cond.prepared.geometry.grid_height // max(1, cond.control.shape[-2]))
     for name, comp, title in (("transformer", transformer, "this transformer"),
                               ("controlnet", controlnet, "this ControlNet")):
         variant = shipped_variant("sd3_controlnet" if name == "controlnet" else "sd3_transformer", comp.model.config)
@@ -198,6 +210,37 @@ def check_side_limits(transformer: Component, controlnet: Component, cond: Inpai
         limit = pos_embed_side_limit(comp.model.config, model, scale)
         if limit is not None:
             refuse_over_side_limit("condition", cond.prepared.geometry, limit, f"{title}'s position-embedding grid")
+
+
+def check_widths(transformer: Component, controlnet: Component, cond: InpaintCondition) -> None:
+    """The loaded models' widths against each other and the condition's VAE, before anything is placed or sampled:
+    the transformer's in_channels and out_channels and the ControlNet's in_channels = the VAE's latent channels C;
+    the ControlNet's in_channels + extra_conditioning_channels = the condition's C + 1 (latents ++ keep mask); the
+    latent grid a multiple of both patch sizes (published: 16, 16 + 1 = 17, patch 2)."""
+    c = cond.latent_channels
+    fix = ("load the SD3 transformer, the SD3 inpainting ControlNet and the SD3 VAE of one model family (published: "
+           "16 latent channels each; the ControlNet takes 16 + 1 = 17).")
+    vae_ops.check_denoiser_widths(transformer, cond.vae, c, f"{c} latent channels", c, fix)
+    t_cfg, cn_cfg = model_config(transformer), model_config(controlnet)
+    cn_in, extra = cn_cfg.get("in_channels"), cn_cfg.get("extra_conditioning_channels", 0)
+    if cn_in != c:
+        raise FillScopeInputError("controlnet", f"takes in_channels {cn_in} but the transformer (in_channels "
+                                  f"{t_cfg.get('in_channels')}) and {vae_ops.describe(cond.vae)} have {c} latent "
+                                  "channels.", fix)
+    if cn_in + extra != cond.control.shape[1]:
+        raise FillScopeInputError(
+            "controlnet", f"takes a condition of in_channels {cn_in} + extra_conditioning_channels {extra} = "
+                          f"{cn_in + extra} channels, but the inpaint condition is {c} latent channels + 1 keep mask = "
+                          f"{cond.control.shape[1]}.",
+            "load the SD3 inpainting ControlNet (extra_conditioning_channels 1).")
+    lh, lw = cond.control.shape[-2:]
+    for name, cfg in (("transformer", t_cfg), ("controlnet", cn_cfg)):
+        patch = cfg.get("patch_size")
+        if lh % patch or lw % patch:
+            unit = vae_ops.latent_format(cond.vae).downscale * patch if cond.vae is not None else patch
+            raise FillScopeInputError(name, f"patch_size {patch} does not divide the {lw}x{lh} latent grid of "
+                                      f"{vae_ops.describe(cond.vae)}.",
+                                      f"pad or crop the image to multiples of {unit} px.")
 
 
 def check_text(transformer: Component, positive: SD3TextCondition, negative: SD3TextCondition | None = None,
@@ -270,7 +313,8 @@ def sample_sd3_controlnet_inpaint(
     parallel: int = 1,
 ) -> SampledLatent:
     """Step 3. Flow-matching Euler with classifier-free guidance (negative first in the batch, as diffusers).
-    `callback(step, total)` runs after every step; `noise` overrides the seeded initial noise [B,16,h,w].
+    `callback(step, total)` runs after every step; `noise` overrides the seeded initial noise [B,C,h,w]
+    (C = 16 published).
 
     `soft_mask` (ComfyUI MASK, 1 = repaint; None = the ControlNet's condition alone): differential diffusion
     (sampling.py has the formula), blended per latent position on [B,16,H/8,W/8] with the mask averaged over each
@@ -297,8 +341,7 @@ def sample_sd3_controlnet_inpaint(
     if not 0.0 <= control_start < control_end <= 1.0:
         raise FillScopeInputError("control_start", f"start {control_start} / end {control_end} leave no step.", "use 0 <= start < end <= 1.")
     model, cnet = transformer.model, controlnet.model
-    if cnet.config.get("extra_conditioning_channels", 0) + cnet.config.get("in_channels", 16) != cond.control.shape[1]:
-        raise FillScopeInputError("controlnet", "this ControlNet does not take the 17-channel inpaint condition.", "load the SD3 inpainting ControlNet.")
+    check_widths(transformer, controlnet, cond)
     use_cfg = cfg > 1.0
     if use_cfg and negative is None:
         raise FillScopeInputError("negative", f"CFG {cfg} needs a negative condition.", "wire a second SD3 text condition (an empty prompt is fine), or set cfg to 1.")
@@ -314,10 +357,11 @@ def sample_sd3_controlnet_inpaint(
     lh, lw = cond.control.shape[-2:]
     soft = soft_mask_latent(cond, soft_mask) if soft_mask is not None else None  # [B,1,h,w], checked before the skip
     if cond.is_empty:
-        return SampledLatent(cond.control[:, :16], cond.prepared, "sd3", unchanged=True, info={"skipped": "empty mask"})
+        return SampledLatent(cond.control[:, :-1], cond.prepared, "sd3", unchanged=True, info={"skipped": "empty mask"})
 
     shift = scheduler_config("sd3")["shift"] if shift is None else shift
-    sigmas, noise, latents = starting_point(cond, static_shift_sigmas(steps, shift), steps, denoise, (b, 16, lh, lw),
+    c = model_config(transformer)["in_channels"]  # as diffusers: the transformer's (= the VAE's, check_widths)
+    sigmas, noise, latents = starting_point(cond, static_shift_sigmas(steps, shift), steps, denoise, (b, c, lh, lw),
                                             seed, device, dtype, noise)  # noise, latents: [B,16,h,w]
     run_steps = len(sigmas) - 1
     if soft is not None:
@@ -396,7 +440,7 @@ def sample_sd3_controlnet_inpaint(
                     ("condition", passes[-1][2], "the VAE (masked-image latents)"),
                     ("condition", x_in, "the VAE (source latents, denoise < 1)"),
                     ("controlnet", [r for o in outputs for r in o[2]], "the ControlNet"),
-                ))
+                ), component=transformer)
             if use_cfg:
                 uncond, text = velocity.chunk(2)
                 velocity = uncond + cfg * (text - uncond)

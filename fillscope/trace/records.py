@@ -27,6 +27,7 @@ meta: `device` says which), `static-config` when it comes from a config file wit
 from __future__ import annotations
 
 import json
+import re
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -34,6 +35,25 @@ from dataclasses import dataclass, field
 SCHEMA = "fillscope.shapes/1"
 MEASURED = "measured"
 STATIC = "static-config"
+# How deep a shapes document's arrays and objects may nest: FillScope's own nest 6 deep (document, trail, record,
+# tensors, tensor, shape); Python's JSON reader, writer and repr recurse once per level and fail near 1000 levels,
+# fewer inside ComfyUI's call stack.
+MAX_JSON_DEPTH = 32
+_JSON_TOKENS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
+
+
+def json_depth(text: str) -> int:
+    """How deep the arrays and objects of a JSON text nest, counted without recursion (brackets inside strings do not
+    count), so a text too deep for the recursive JSON reader is refused before it is read."""
+    depth = deepest = 0
+    for token in _JSON_TOKENS.finditer(text):
+        c = token.group()
+        if c in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif c in "]}":
+            depth -= 1
+    return deepest
 
 
 def dtype_name(dtype) -> str:
