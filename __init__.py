@@ -12,9 +12,12 @@ async def comfy_entrypoint():
     from comfy_api.latest import ComfyExtension
 
     from .nodes import all_nodes
+    from .nodes.live import add_routes
 
     class FillScopeExtension(ComfyExtension):
         async def get_node_list(self):
+            # ComfyUI 0.3.75 calls no on_load; the server's routes are added after this list is read
+            add_routes()  # GET /fillscope/live: the Inspect nodes' records of later calls (nodes/live.py)
             return all_nodes()
 
     return FillScopeExtension()

@@ -152,7 +152,7 @@ def demo_summary(port: int, out: Path, host: str = "127.0.0.1") -> int:
 
 
 def main(argv=None) -> int:
-    ap = ArgumentParser(prog="python -m fillscope.cli")
+    ap = ArgumentParser(prog="python -m fillscope")  # the package runs cli.main (__main__.py)
     sub = ap.add_subparsers(dest="command", required=True)
     ds = sub.add_parser("demo-summary", help="write the shape table of the newest FillScope run on a server")
     ds.add_argument("--port", type=whole_number(Range(1, 65535), "a TCP port"), default=8188)

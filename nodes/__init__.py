@@ -10,7 +10,11 @@ def all_nodes() -> list:
     from . import compositing  # crop and stitch, several regions
     from . import outpaint  # outpaint pad: the larger canvas and the mask of its new area
     from . import batch  # a batch manifest run from ComfyUI (in this process or on Ray)
+    from . import inspect_model  # shapes at ComfyUI's own MODEL's boundary, recorded while a sampler runs it
+    from . import inspect_values  # Inspect on any link (inspect_calls: what the Inspect nodes share)
+    from . import inspect_clip, inspect_vae  # copies of ComfyUI's CLIP / VAE that record the calls later nodes make
 
     return [*loaders.NODES, *text.NODES, *flux_fill.NODES, *sd3_inpaint.NODES, *klein.NODES,
             *image.NODES, *inspect.NODES, *trace.NODES, *native.NODES, *lora.NODES, *compositing.NODES,
-            *outpaint.NODES, *batch.NODES]
+            *outpaint.NODES, *batch.NODES, *inspect_model.NODES, *inspect_values.NODES,
+            *inspect_clip.NODES, *inspect_vae.NODES]

@@ -38,6 +38,10 @@ NODE_IDS = sorted([
     "FillScopeCropForInpaint", "FillScopeStitch", "FillScopeOutpaintPad",
     # batches: a manifest run from ComfyUI
     "FillScopeBatch",
+    # ComfyUI's own MODEL inspected while its samplers run it (issue 21)
+    "FillScopeInspectModel",
+    # ComfyUI's own values, CLIP and VAE inspected (issue 21)
+    "FillScopeInspect", "FillScopeInspectCLIP", "FillScopeInspectVAE",
 ])
 
 

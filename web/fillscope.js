@@ -13,6 +13,7 @@
 //
 // Where a node's table comes from (web/fillscope_memory.js):
 //   - `executed` (the node ran): its ui;
+//   - `fillscope.live` (an Inspect node's model, CLIP or VAE was called by a later node): the record of those calls;
 //   - `execution_cached` (ComfyUI reused the node's output, and sends it no ui): the newest ui in /history of a node
 //     with the same class and inputs (the cache's own key), marked "cached";
 //   - loading a workflow, and after a page reload: what each node showed after the latest run of this workflow
@@ -332,6 +333,16 @@ app.registerExtension({
   async setup() {
     // The architecture viewer: a sidebar tab where the frontend has the API (1.32.9: yes), else a dialog.
     if (!registerSidebar()) addFallbackButton();
+    // Inspect nodes on ComfyUI's own MODEL / CLIP / VAE finish their record when a later node calls the model
+    // (nodes/live.py): the record arrives as this event, shown as an `executed` ui is.
+    api.addEventListener("fillscope.live", (e) => {
+      try {
+        const node = app.graph?.getNodeById(String(e.detail?.node));
+        if (node && e.detail?.output) show(node, e.detail.output, "run");
+      } catch (err) {
+        console.warn("[FillScope] could not show a live record", err);
+      }
+    });
     api.addEventListener("execution_cached", (e) => {
       onCached(e.detail).catch((err) => console.warn("[FillScope] could not show the cached nodes' tables", err));
     });
