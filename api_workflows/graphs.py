@@ -565,7 +565,9 @@ def to_ui(graph: Graph, object_info: dict) -> dict:
             link_id += 1
             typ = spec[name][0]
             src, slot = v
-            links.append([link_id, src, slot, n.id, len(node_inputs[n.id]), typ])
+            # a link carries its output's type (an input may take several: "FS_VAE,VAE"), as the canvas saves it
+            out_type = object_info[next(m.type for m in graph.nodes if m.id == src)]["output"][slot]
+            links.append([link_id, src, slot, n.id, len(node_inputs[n.id]), out_type])
             node_inputs[n.id].append({"name": name, "type": typ, "link": link_id})
             node_outputs[src][slot]["links"].append(link_id)
     nodes = [note] if note else []

@@ -9,6 +9,8 @@ in the same float32 arithmetic, so the same steps give the same sigmas.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .errors import FillScopeInputError
@@ -18,6 +20,25 @@ from .masks import require_finite
 
 if TYPE_CHECKING:  # annotations only: condition imports vae, which the schedules do not need
     from .condition import ConditionSource
+
+
+@dataclass(frozen=True)
+class ExternalDenoiser:
+    """A denoiser the engine did not load, passed to a sampler in place of its transformer Component (FLUX Fill:
+    ComfyUI's own MODEL, wrapped by nodes/native_model.py): the sampler keeps its schedule, noise, guidance, soft
+    mask and paste-back and calls `call(tokens, t, guidance, text, grid) -> velocity` where its transformer call was
+    (FLUX Fill: tokens [B,N,384] = noisy 64 ++ condition 320, t [B] the sigma in [0, 1], guidance [B] or None,
+    text = (T5 sequence [B,L,D], pooled [B,P]), grid = (h, w) the latent grid; velocity [B,N,64]).
+
+    `config`: its widths in diffusers' names (in_channels, out_channels, joint_attention_dim, pooled_projection_dim,
+    guidance_embeds), read by the sampler's own width checks; `device`, `dtype`: where and in which dtype the sampler
+    keeps its latents; `input_name`: the node input it came from."""
+
+    call: Callable
+    config: dict
+    device: object
+    dtype: object
+    input_name: str = "model"
 
 
 def flux_dynamic_mu(image_tokens: int, base_seq_len=256, max_seq_len=4096, base_shift=0.5, max_shift=1.15) -> float:

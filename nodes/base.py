@@ -42,6 +42,7 @@ from ..fillscope.trace.records import (
     shapes_document,
     shapes_json,
 )
+from ..fillscope.weights import Component
 from . import common as c
 from . import memory
 
@@ -78,7 +79,7 @@ class FillScopeNode(io.ComfyNode):
         values = {k: v.value if isinstance(v, Traced) else v for k, v in inputs.items()}
         check_inputs(schema, values, validated_by_node(cls))
         models = [values[i.id] for i in schema.inputs
-                  if i.io_type in MODEL_TYPES and i.id in values and cls.places_models]
+                  if model_input(i) and i.id in values and cls.places_models and isinstance(values[i.id], Component)]
         rec = ShapeRecorder(schema.node_id, cls.title or schema.display_name.removeprefix("FillScope "), cls.table)
         values = cls.prepare(rec, **values)
         with memory.use(*models, rec=rec) if models else nullcontext():
@@ -100,6 +101,12 @@ class FillScopeNode(io.ComfyNode):
                 value = next(results)
                 out.append(Traced(value, trail + [record]) if o.io_type.startswith(TRACED_PREFIX) else value)
         return io.NodeOutput(*out, ui=ui)
+
+
+def model_input(inp) -> bool:
+    """An input of a model socket type, alone or among the types of a MultiType input (FS_VAE,VAE: a ComfyUI VAE
+    there is not a FillScope component and places itself)."""
+    return bool(set(str(inp.get_io_type()).split(",")) & MODEL_TYPES)
 
 
 # ---- input checks (see the module docstring) -------------------------------------------------------------------

@@ -48,6 +48,18 @@ def shapes_output():
     return io.String.Output("shapes", display_name="shapes", tooltip="JSON shape record (schema fillscope.shapes/1)")
 
 
+NATIVE_LATENT_TOOLTIP = (
+    "The result as ComfyUI's own LATENT, for ComfyUI's latent nodes (VAEDecode, LatentUpscale, SetLatentNoiseMask, "
+    "SaveLatent, KSampler): the VAE's raw latent in ComfyUI's layout (FLUX.1 / SD3: latent / scale + shift, "
+    "[B,16,H/8,W/8]; FLUX.2 [klein]: the normalised 2x2 patches [B,128,H/16,W/16]) on the model's grid (padding not "
+    "cropped), with the repaint mask as noise_mask. Last output, so the links of saved workflows keep their slots.")
+
+
+def native_latent_output():
+    """The samplers' last output: the result as ComfyUI's LATENT (fillscope.decode.to_comfy_latent)."""
+    return io.Latent.Output("native_latent", display_name="LATENT", tooltip=NATIVE_LATENT_TOOLTIP)
+
+
 # Walks over model folders (the diffusers menu, fingerprints) follow links (weights kept on another disk are the
 # user's choice), enter each real directory once (links that loop, e.g. two links to "." in one folder, end
 # there) and stop after WALK_MAX_ENTRIES directory entries or WALK_MAX_DEPTH levels.
@@ -418,7 +430,7 @@ def record_sampler_result(rec, out, model) -> None:
         rec.fact(k, v)
     if out.unchanged:
         rec.warn("mask is empty: sampling skipped, the source image is returned unchanged")
-    if model.is_meta:
+    if model is not None and model.is_meta:  # None: a native ComfyUI MODEL (nodes/native_model.py)
         rec.note("meta weights: shapes only, no values")
 
 

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 from comfy_api.latest import io
 
+from ..fillscope.decode import to_comfy_latent
+from ..fillscope.errors import FillScopeInputError
 from ..fillscope.pipelines.flux_fill import build_fill_condition, check_text, sample_flux_fill, soft_mask_latent
 from ..fillscope.speed import STEP_CACHES
 from . import common as c
+from . import native_model
 from .base import FillScopeNode
+from .native_vae import VAE_TOOLTIP, as_fillscope_vae, vae_input
 
 
 class FluxFillCondition(FillScopeNode):
@@ -24,13 +30,13 @@ class FluxFillCondition(FillScopeNode):
                 "Masks the image (repaint pixels -> grey), VAE-encodes it by the latent mean and packs it with the "
                 "8x8-block mask: [B, N, 64 + 256 = 320]."
             ),
-            inputs=[c.Vae.Input("vae"), *c.mask_inputs()],
+            inputs=[vae_input(c.Vae.Input("vae", tooltip=VAE_TOOLTIP)), *c.mask_inputs()],
             outputs=[c.FillCondition.Output("condition", display_name="condition"), c.shapes_output()],
         )
 
     @classmethod
     def prepare(cls, rec, vae, **mask_options):
-        return {"vae": vae, "prepared": c.prepare_masked_input(rec, **mask_options)}
+        return {"vae": as_fillscope_vae(vae, "flux"), "prepared": c.prepare_masked_input(rec, **mask_options)}
 
     @classmethod
     def run(cls, rec, vae, prepared):
@@ -54,7 +60,11 @@ class FluxFillSampler(FillScopeNode):
                 "sees noisy 64 + condition 320 = 384 channels per token."
             ),
             inputs=[
-                c.FluxFillModel.Input("transformer"),
+                c.FluxFillModel.Input("transformer", optional=True,
+                                      tooltip="FillScope's FLUX Fill transformer; or wire model instead (one of the two)."),
+                io.Model.Input("model", optional=True,
+                               tooltip="ComfyUI's own FLUX.1 Fill MODEL (UNETLoader; native LoRAs and patches apply) "
+                                       "in place of transformer (one of the two)."),
                 c.FluxText.Input("flux_text"),
                 c.FillCondition.Input("condition"),
                 io.Int.Input("seed", default=0, min=c.bounds.SEED.min, max=c.bounds.SEED.max,
@@ -70,30 +80,45 @@ class FluxFillSampler(FillScopeNode):
                 c.soft_mask_input(),
                 *c.step_cache_inputs(STEP_CACHES),
             ],
-            outputs=[c.Latent.Output("latent", display_name="latent"), c.shapes_output()],
+            outputs=[c.Latent.Output("latent", display_name="latent"), c.shapes_output(), c.native_latent_output()],
         )
 
     @classmethod
-    def prepare(cls, rec, transformer, flux_text, guidance, condition, soft_mask=None, **rest):
+    def prepare(cls, rec, flux_text, guidance, condition, transformer=None, model=None, soft_mask=None, **rest):
         """Before the transformer is placed: the text's widths against it, which guidance is used, the soft mask."""
-        check_text(transformer, flux_text)
+        if (transformer is None) == (model is None):
+            raise FillScopeInputError("transformer", (
+                "is wired and so is 'model'" if model is not None else "is empty and so is 'model'")
+                + ": the sampler runs exactly one denoiser, FillScope's transformer or ComfyUI's MODEL.",
+                "wire FillScope's FLUX Fill transformer to 'transformer' or ComfyUI's MODEL to 'model', not both.")
+        if model is not None:
+            if (rest.get("step_cache") or "off") != "off":
+                raise FillScopeInputError("step_cache", f"is {rest['step_cache']!r} with a native 'model': step caches "
+                                                        "are diffusers' and run on FillScope's own transformer only.",
+                                          "set step_cache to off, or wire FillScope's transformer instead.")
+            rest["native"] = native_model.check_flux_fill_model(model, flux_text, condition)
+        else:
+            check_text(transformer, flux_text)
         c.check_soft_mask(rec, soft_mask, condition, soft_mask_latent)
         origin = flux_text.origin or {}
         if origin.get("guidance") is not None:
             rec.note(f"guidance {guidance} (this input) is used; the {origin['source']}'s guidance {origin['guidance']} "
                      "is not")
-        return {"transformer": transformer, "flux_text": flux_text, "guidance": guidance, "condition": condition,
-                "soft_mask": soft_mask, **rest}
+        return {"transformer": transformer, "model": model, "flux_text": flux_text, "guidance": guidance,
+                "condition": condition, "soft_mask": soft_mask, **rest}
 
     @classmethod
-    def run(cls, rec, transformer, flux_text, condition, seed, steps, guidance, denoise, soft_mask=None,
-            step_cache="off", cache_threshold=None):
-        out = sample_flux_fill(transformer, flux_text, condition, steps=steps, guidance=guidance, seed=seed,
-                               denoise=denoise, callback=c.progress_callback(steps), observe=rec.observe,
-                               soft_mask=soft_mask, step_cache=step_cache or "off", cache_threshold=cache_threshold)
+    def run(cls, rec, flux_text, condition, seed, steps, guidance, denoise, transformer=None, model=None, native=None,
+            soft_mask=None, step_cache="off", cache_threshold=None):
+        run_on = (nullcontext(transformer) if model is None else  # a native MODEL: placed for this run only
+                  native_model.flux_fill_denoiser(model, native, condition.masked_latents.shape))
+        with run_on as denoiser:
+            out = sample_flux_fill(denoiser, flux_text, condition, steps=steps, guidance=guidance, seed=seed,
+                                   denoise=denoise, callback=c.progress_callback(steps), observe=rec.observe,
+                                   soft_mask=soft_mask, step_cache=step_cache or "off", cache_threshold=cache_threshold)
         c.record_sampler_result(rec, out, transformer)
         record_shift_range(rec, out.info)
-        return out
+        return out, to_comfy_latent(out)
 
 
 def record_shift_range(rec, info) -> None:

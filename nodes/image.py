@@ -6,10 +6,13 @@ import math
 
 from comfy_api.latest import io
 
-from ..fillscope.decode import decode_to_image
+from ..fillscope.decode import decode_comfy_latent, decode_to_image
+from ..fillscope.errors import FillScopeInputError
 from ..fillscope.masks import as_paste_mask, paste_back
+from ..fillscope.weights import Component
 from . import common as c
 from .base import FillScopeNode
+from .native_vae import VAE_TOOLTIP, as_fillscope_vae, vae_input
 
 
 # What a graph on meta weights shows where its image would be (the decode's warning, and Paste Back's).
@@ -28,17 +31,50 @@ class VAEDecode(FillScopeNode):
             category=c.CATEGORY + "/image",
             description=("Undoes the latent's normalisation (FLUX/SD3: z / scale + shift; FLUX.2 [klein]: its BatchNorm "
                          "statistics), decodes, and returns the image at the input's size."),
-            inputs=[c.Vae.Input("vae"), c.Latent.Input("latent")],
+            inputs=[
+                vae_input(c.Vae.Input("vae", tooltip=VAE_TOOLTIP)),
+                c.Latent.Input("latent", optional=True,
+                               tooltip="A FillScope sampler's latent: decoded and brought back to the input image's "
+                                       "size (padding cropped, a crop pasted back)."),
+                io.Latent.Input("native_latent", optional=True,
+                                tooltip="ComfyUI's own LATENT (VAEEncode, LatentUpscale, KSampler, a FillScope "
+                                        "sampler's LATENT output) of the VAE's family, used instead of latent: "
+                                        "converted to FillScope's space (FLUX.1 / SD3: (z - shift) * scale; klein: as "
+                                        "is) and decoded at the latent's size, as ComfyUI's VAEDecode does."),
+            ],
             outputs=[io.Image.Output("image"), c.shapes_output()],
         )
 
     @classmethod
-    def run(cls, rec, vae, latent):
+    def run(cls, rec, vae, latent=None, native_latent=None):
+        if not isinstance(vae, Component):  # ComfyUI's VAE: FLUX.1 and SD3 alike (ComfyUI space in and out)
+            vae = as_fillscope_vae(vae, latent.family if latent is not None and native_latent is None else "flux")
+            rec.note(f"ComfyUI's VAE: {vae.provenance}")
+        if native_latent is not None:
+            return cls.run_native(rec, vae, native_latent, ignored=latent is not None)
+        if latent is None:
+            raise FillScopeInputError("latent", "nothing is connected: the decode needs a latent to decode.",
+                                      "connect a FillScope sampler's latent, or a ComfyUI LATENT to native_latent.")
         rec.tensor("latent.unpacked", latent.latents, "input")
         image = decode_to_image(vae, latent, observe=rec.observe)
         rec.tensor("image", image)
         if latent.unchanged:
             rec.warn("mask is empty: the source image is returned unchanged")
+        if vae.is_meta:
+            rec.warn(META_BLANK)
+        return image
+
+    @classmethod
+    def run_native(cls, rec, vae, native_latent, ignored: bool):
+        samples = native_latent.get("samples") if isinstance(native_latent, dict) else None
+        if samples is None:
+            raise FillScopeInputError("native_latent", "is not a ComfyUI LATENT (a dict holding 'samples').",
+                                      "connect a LATENT output (VAEEncode, a sampler's LATENT).")
+        rec.tensor("native_latent.samples", samples, "input")
+        if ignored:
+            rec.note("native_latent is decoded; the latent wired too is not used")
+        image = decode_comfy_latent(vae, samples, observe=rec.observe)
+        rec.tensor("image", image)
         if vae.is_meta:
             rec.warn(META_BLANK)
         return image

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from comfy_api.latest import io
 
+from ..fillscope.decode import to_comfy_latent
 from ..fillscope.errors import FillScopeInputError
 from ..fillscope.masks import check_reference_batches
 from ..fillscope.pipelines.klein import (
@@ -203,7 +204,7 @@ class KleinSampler(FillScopeNode):
                 c.soft_mask_input(),
                 *c.step_cache_inputs(KLEIN_STEP_CACHES),
             ],
-            outputs=[c.Latent.Output("latent", display_name="latent"), c.shapes_output()],
+            outputs=[c.Latent.Output("latent", display_name="latent"), c.shapes_output(), c.native_latent_output()],
         )
 
     @classmethod
@@ -245,7 +246,7 @@ class KleinSampler(FillScopeNode):
                            observe=rec.observe, soft_mask=soft_mask, step_cache=step_cache or "off",
                            cache_threshold=cache_threshold)
         c.record_sampler_result(rec, out, transformer)
-        return out
+        return out, to_comfy_latent(out)
 
 
 NODES = [KleinInpaintCondition, KleinEditCondition, KleinSampler]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from comfy_api.latest import io
 
+from ..fillscope.decode import to_comfy_latent
 from ..fillscope.pipelines.sd3_controlnet import (
     build_inpaint_condition,
     check_image_size,
@@ -14,6 +15,7 @@ from ..fillscope.pipelines.sd3_controlnet import (
 from ..fillscope.specs import sd3_side_limit
 from . import common as c
 from .base import FillScopeNode
+from .native_vae import VAE_TOOLTIP, as_fillscope_vae, vae_input
 
 B = c.bounds.SD3_CONTROLNET  # the sampler's min/max (fillscope/bounds.py, which the batch manifest reads too)
 
@@ -32,7 +34,7 @@ class SD3InpaintCondition(FillScopeNode):
                 "Repaint pixels -> black (-1), VAE-encode by the latent mean with SD3's scale/shift, mask resized to "
                 "the latent grid and inverted (1 = keep): [B, 16 + 1 = 17, H/8, W/8]."
             ),
-            inputs=[c.Vae.Input("vae"), *c.mask_inputs()],
+            inputs=[vae_input(c.Vae.Input("vae", tooltip=VAE_TOOLTIP)), *c.mask_inputs()],
             outputs=[c.SD3Condition.Output("condition", display_name="condition"), c.shapes_output()],
         )
 
@@ -41,7 +43,7 @@ class SD3InpaintCondition(FillScopeNode):
         prepared = c.prepare_masked_input(rec, **mask_options)
         rec.fact("largest side (position-embedding grid)", sd3_side_limit().explain())
         check_image_size(prepared)  # before the VAE is placed
-        return {"vae": vae, "prepared": prepared}
+        return {"vae": as_fillscope_vae(vae, "sd3"), "prepared": prepared}
 
     @classmethod
     def run(cls, rec, vae, prepared):
@@ -92,7 +94,7 @@ class SD3ControlNetInpaintSampler(FillScopeNode):
                 ),
                 c.soft_mask_input(),
             ],
-            outputs=[c.Latent.Output("latent", display_name="latent"), c.shapes_output()],
+            outputs=[c.Latent.Output("latent", display_name="latent"), c.shapes_output(), c.native_latent_output()],
         )
 
     @classmethod
@@ -108,7 +110,7 @@ class SD3ControlNetInpaintSampler(FillScopeNode):
         out = sample_sd3_controlnet_inpaint(transformer, controlnet, positive, negative, condition, steps=steps,
                                             callback=c.progress_callback(steps), observe=rec.observe, **options)
         c.record_sampler_result(rec, out, transformer)
-        return out
+        return out, to_comfy_latent(out)
 
 
 NODES = [SD3InpaintCondition, SD3ControlNetInpaintSampler]

@@ -342,3 +342,16 @@ class ComfyServer:
     @staticmethod
     def new_client_id() -> str:
         return uuid.uuid4().hex
+
+
+TEST_NODES = Path(__file__).resolve().parent / "comfy_nodes"  # test-only ComfyUI nodes, never part of the pack
+
+
+class ServerWithTestNodes(ComfyServer):
+    """A test server with tests/comfy_nodes as one more custom_nodes folder (ComfyUI's own classes built tiny, tensor
+    savers ...)."""
+
+    def _write_model_paths(self) -> None:
+        super()._write_model_paths()
+        with open(self.extra_model_paths, "a", encoding="utf-8") as f:
+            f.write(f"fillscope_test_nodes:\n    custom_nodes: {json.dumps(str(TEST_NODES))}\n")

@@ -28,22 +28,27 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import tiny_sd3
 import torch
+from comfy_server import (
+    ComfyExecutionError,
+    ServerWithTestNodes,
+    comfyui_installed,
+    comfyui_path,
+)
 from PIL import Image
 from safetensors import safe_open
+from tiny_flux import build_tiny_flux_fill_folder
+from tiny_models import comfy_tokenizer_dirs, swapped
+from workflow_helpers import api_node
 
-import tiny_sd3
-from comfy_server import ComfyExecutionError, ComfyServer, comfyui_installed, comfyui_path
 from fillscope import text as text_ops
 from fillscope import vae as vae_ops
 from fillscope.masks import prepare_image_and_mask
 from fillscope.pipelines import flux_fill, sd3_controlnet
-from tiny_flux import build_tiny_flux_fill_folder
-from tiny_models import comfy_tokenizer_dirs, swapped
 
 pytestmark = pytest.mark.server
 
-TEST_NODES = Path(__file__).resolve().parent / "comfy_nodes"
 FLUX, SD3, SD3_CN = "FLUX.1-Fill-dev", "SD3-wide-tiny", "SD3-Controlnet-wide-tiny"
 DTYPE, STEPS, GUIDANCE, CFG = "fp32", 2, 30.0, 7.0
 IMAGE, W, H = "native_example.png", 128, 96
@@ -51,15 +56,6 @@ PROMPT = "a red brick fireplace"
 LONG = " ".join(["a cosy living room with a red brick fireplace, warm light, a wooden floor and a green armchair"] * 5)
 FROM = "from ComfyUI CONDITIONING"
 SEEDS = itertools.count(100)
-
-
-class NativeServer(ComfyServer):
-    """The test server with tests/comfy_nodes as one more custom_nodes folder."""
-
-    def _write_model_paths(self) -> None:
-        super()._write_model_paths()
-        with open(self.extra_model_paths, "a", encoding="utf-8") as f:
-            f.write(f"fillscope_native_tests:\n    custom_nodes: {json.dumps(str(TEST_NODES))}\n")
 
 
 def build_wide_sd3(diffusers: Path) -> None:
@@ -86,7 +82,7 @@ def build_wide_sd3(diffusers: Path) -> None:
 def server():
     if not comfyui_installed():
         pytest.skip(f"ComfyUI not installed at {comfyui_path()} (run `make setup` or set COMFYUI_PATH)")
-    server = NativeServer()
+    server = ServerWithTestNodes()
     try:
         diffusers = server.models_dir / "diffusers"
         build_tiny_flux_fill_folder(diffusers / FLUX, seed=0)
@@ -107,20 +103,8 @@ def info(server):
     return server.object_info()
 
 
-def node(info, class_type, **inputs):
-    """An API-format node: the given inputs, every other required widget at its default (loaders gain inputs)."""
-    values = {}
-    for name, spec in info[class_type]["input"]["required"].items():
-        kind, opts = spec[0], (spec[1] if len(spec) > 1 else {})
-        if name in inputs:
-            continue
-        if "default" in opts:
-            values[name] = opts["default"]
-        elif isinstance(kind, list) and kind:
-            values[name] = kind[0]
-        elif kind == "COMBO" and opts.get("options"):
-            values[name] = opts["options"][0]
-    return {"class_type": class_type, "inputs": {**values, **inputs}}
+def node(info, class_type, **inputs):  # loaders gain inputs: every required widget at its default
+    return api_node(info, class_type, **inputs)
 
 
 # ---- graphs ------------------------------------------------------------------------------------------------------

@@ -40,8 +40,8 @@ EXPECTED_NODES = {
     "FillScopeT5Encode": ["t5", "text", "max_length"],
     "FillScopeFluxTextCondition": ["t5_embeds", "clip_embeds"],
     "FillScopeFluxFillCondition": ["vae", "image", "mask", "invert_mask", "threshold", "grow", "feather", "size_mode"],
-    "FillScopeFluxFillSampler": ["transformer", "flux_text", "condition", "seed", "steps", "guidance", "denoise"],
-    "FillScopeVAEDecode": ["vae", "latent"],
+    "FillScopeFluxFillSampler": ["flux_text", "condition", "seed", "steps", "guidance", "denoise"],  # transformer or model: optional
+    "FillScopeVAEDecode": ["vae"],
     "FillScopePasteBack": ["generated", "latent"],
     "FillScopeSyntheticImageMask": ["width", "height", "mask_fraction"],
     "FillScopeShapesReport": ["shapes", "filename_prefix"],
@@ -81,7 +81,7 @@ def test_object_info_lists_every_node_with_its_inputs(server):
         assert name in info, name
         assert info[name]["input_order"]["required"] == inputs, name
         assert info[name]["category"].startswith("FillScope")
-    assert info["FillScopeFluxFillSampler"]["output"] == ["FS_LATENT", "STRING"]
+    assert info["FillScopeFluxFillSampler"]["output"] == ["FS_LATENT", "STRING", "LATENT"]
     assert "FLUX.1-Fill-dev" in info["FillScopeLoadFluxFillTransformer"]["input"]["required"]["source"][1]["options"]
 
 

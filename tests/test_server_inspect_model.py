@@ -20,12 +20,11 @@ from __future__ import annotations
 import itertools
 import json
 import threading
-from pathlib import Path
 
 import pytest
 from comfy_server import (
     ComfyExecutionError,
-    ComfyServer,
+    ServerWithTestNodes,
     comfyui_installed,
     comfyui_path,
 )
@@ -33,7 +32,6 @@ from safetensors.torch import load_file
 
 pytestmark = pytest.mark.server
 
-TEST_NODES = Path(__file__).resolve().parent / "comfy_nodes"
 NODE = "FillScopeInspectModel"
 SIZE, STEPS = 128, 3  # pixels -> a 16x16 latent (Flux: 8x8 = 64 tokens of patch 2)
 LATENT = [1, 16, SIZE // 8, SIZE // 8]
@@ -42,20 +40,11 @@ FLUX_TEXT, FLUX_POOLED, SD3_TEXT, SD3_POOLED, TOKENS = 32, 16, 48, 24, 8
 SEEDS = itertools.count(1000)
 
 
-class InspectServer(ComfyServer):
-    """The test server with tests/comfy_nodes as one more custom_nodes folder."""
-
-    def _write_model_paths(self) -> None:
-        super()._write_model_paths()
-        with open(self.extra_model_paths, "a", encoding="utf-8") as f:
-            f.write(f"fillscope_native_model_tests:\n    custom_nodes: {json.dumps(str(TEST_NODES))}\n")
-
-
 @pytest.fixture(scope="module")
 def server():
     if not comfyui_installed():
         pytest.skip(f"ComfyUI not installed at {comfyui_path()} (run `make setup` or set COMFYUI_PATH)")
-    server = InspectServer()
+    server = ServerWithTestNodes()
     try:
         server.start()
         yield server
@@ -339,7 +328,7 @@ def test_an_interrupted_run_leaves_no_hook_and_records_the_calls_made(server):
     assert_no_hooks(hook_report(server, f"after_interrupt_{seed}"))
 
 
-class GPUServer(InspectServer):
+class GPUServer(ServerWithTestNodes):
     """The same server on ComfyUI's default device (no --cpu)."""
 
     def command(self) -> list[str]:

@@ -20,41 +20,30 @@ from __future__ import annotations
 import io
 import json
 import urllib.parse
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from comfy_server import ServerWithTestNodes, comfyui_installed, comfyui_path
 from PIL import Image
 from safetensors import safe_open
-
-from comfy_server import ComfyServer, comfyui_installed, comfyui_path
 from tiny_flux import build_tiny_flux_fill_folder
 from tiny_models import comfy_tokenizer_dirs
+from workflow_helpers import api_node
 
 pytestmark = pytest.mark.server
 
-TEST_NODES = Path(__file__).resolve().parent / "comfy_nodes"
 FLUX = "FLUX.1-Fill-dev"
 IMAGE, W, H = "inspect_example.png", 128, 96
 PROMPT = "a red brick fireplace"
 LONG = " ".join(["a cosy living room with a red brick fireplace, warm light, a wooden floor"] * 5)
 
 
-class InspectServer(ComfyServer):
-    """The test server with tests/comfy_nodes as one more custom_nodes folder."""
-
-    def _write_model_paths(self) -> None:
-        super()._write_model_paths()
-        with open(self.extra_model_paths, "a", encoding="utf-8") as f:
-            f.write(f"fillscope_inspect_tests:\n    custom_nodes: {json.dumps(str(TEST_NODES))}\n")
-
-
 @pytest.fixture(scope="module")
 def server():
     if not comfyui_installed():
         pytest.skip(f"ComfyUI not installed at {comfyui_path()} (run `make setup` or set COMFYUI_PATH)")
-    server = InspectServer()
+    server = ServerWithTestNodes()
     try:
         build_tiny_flux_fill_folder(server.models_dir / "diffusers" / FLUX, seed=0)
         server.input_dir.mkdir(parents=True, exist_ok=True)
@@ -71,22 +60,6 @@ def server():
 @pytest.fixture(scope="module")
 def info(server):
     return server.object_info()
-
-
-def node(info, class_type, **inputs):
-    """An API-format node: the given inputs, every other required widget at its default."""
-    values = {}
-    for name, spec in info[class_type]["input"]["required"].items():
-        kind, opts = spec[0], (spec[1] if len(spec) > 1 else {})
-        if name in inputs:
-            continue
-        if "default" in opts:
-            values[name] = opts["default"]
-        elif isinstance(kind, list) and kind:
-            values[name] = kind[0]
-        elif kind == "COMBO" and opts.get("options"):
-            values[name] = opts["options"][0]
-    return {"class_type": class_type, "inputs": {**values, **inputs}}
 
 
 def saved(server, name) -> tuple[dict, dict]:
@@ -112,11 +85,11 @@ def live_records(server, prompt_id) -> dict:
 
 
 def assert_normal_prompt_runs(server, info):
-    prompt = {"img": node(info, "LoadImage", image=IMAGE),
-              "vae": node(info, "InspectTestTinyVAE", folder=FLUX),
-              "enc": node(info, "VAEEncode", pixels=["img", 0], vae=["vae", 0]),
-              "dec": node(info, "VAEDecode", samples=["enc", 0], vae=["vae", 0]),
-              "out": node(info, "SaveImage", images=["dec", 0], filename_prefix="inspect/after")}
+    prompt = {"img": api_node(info, "LoadImage", image=IMAGE),
+              "vae": api_node(info, "InspectTestTinyVAE", folder=FLUX),
+              "enc": api_node(info, "VAEEncode", pixels=["img", 0], vae=["vae", 0]),
+              "dec": api_node(info, "VAEDecode", samples=["enc", 0], vae=["vae", 0]),
+              "out": api_node(info, "SaveImage", images=["dec", 0], filename_prefix="inspect/after")}
     assert server.run(prompt, timeout=300)["status"]["status_str"] == "success"
     log = server.log_text()
     assert "memory leak" not in log and "[FillScope] Inspect" not in log  # no record lost, no model kept by a cycle
@@ -143,49 +116,49 @@ def value_graph(info, key: str, inspect: bool) -> dict:
     def via(link, what):
         if not inspect:
             return link
-        g[f"{key}_i_{what}"] = node(info, "FillScopeInspect", value=link)
+        g[f"{key}_i_{what}"] = api_node(info, "FillScopeInspect", value=link)
         return [f"{key}_i_{what}", 0]
 
-    g[f"{key}_pos"] = node(info, "CLIPTextEncodeFlux", clip=["clip", 0], clip_l=PROMPT, t5xxl=PROMPT, guidance=3.5)
-    g[f"{key}_neg"] = node(info, "CLIPTextEncode", clip=["clip", 0], text="")
+    g[f"{key}_pos"] = api_node(info, "CLIPTextEncodeFlux", clip=["clip", 0], clip_l=PROMPT, t5xxl=PROMPT, guidance=3.5)
+    g[f"{key}_neg"] = api_node(info, "CLIPTextEncode", clip=["clip", 0], text="")
     image, mask = via(["img", 0], "image"), via(["img", 1], "mask")
-    g[f"{key}_inpaint"] = node(info, "InpaintModelConditioning", positive=via([f"{key}_pos", 0], "pos"),
+    g[f"{key}_inpaint"] = api_node(info, "InpaintModelConditioning", positive=via([f"{key}_pos", 0], "pos"),
                                negative=via([f"{key}_neg", 0], "neg"), vae=["vae", 0], pixels=image, mask=mask,
                                noise_mask=True)
-    g[f"{key}_enc"] = node(info, "VAEEncode", pixels=image, vae=["vae", 0])
-    g[f"{key}_ref"] = node(info, "ReferenceLatent", conditioning=via([f"{key}_inpaint", 0], "inpainted"),
+    g[f"{key}_enc"] = api_node(info, "VAEEncode", pixels=image, vae=["vae", 0])
+    g[f"{key}_ref"] = api_node(info, "ReferenceLatent", conditioning=via([f"{key}_inpaint", 0], "inpainted"),
                            latent=via([f"{key}_enc", 0], "encoded"))
-    g[f"{key}_up"] = node(info, "LatentUpscale", samples=via([f"{key}_inpaint", 2], "inpaint_latent"),
+    g[f"{key}_up"] = api_node(info, "LatentUpscale", samples=via([f"{key}_inpaint", 2], "inpaint_latent"),
                           upscale_method="nearest-exact", width=2 * W, height=2 * H, crop="disabled")
-    g[f"{key}_masked"] = node(info, "SetLatentNoiseMask", samples=via([f"{key}_up", 0], "upscaled"), mask=mask)
-    g[f"{key}_dec"] = node(info, "VAEDecode", samples=via([f"{key}_masked", 0], "masked"), vae=["vae", 0])
-    g[f"{key}_scaled"] = node(info, "ImageScale", image=via([f"{key}_dec", 0], "decoded"),
+    g[f"{key}_masked"] = api_node(info, "SetLatentNoiseMask", samples=via([f"{key}_up", 0], "upscaled"), mask=mask)
+    g[f"{key}_dec"] = api_node(info, "VAEDecode", samples=via([f"{key}_masked", 0], "masked"), vae=["vae", 0])
+    g[f"{key}_scaled"] = api_node(info, "ImageScale", image=via([f"{key}_dec", 0], "decoded"),
                               upscale_method="nearest-exact", width=W, height=H, crop="disabled")
-    g[f"{key}_png"] = node(info, "SaveImage", images=via([f"{key}_scaled", 0], "scaled"),
+    g[f"{key}_png"] = api_node(info, "SaveImage", images=via([f"{key}_scaled", 0], "scaled"),
                            filename_prefix=f"inspect/{key}")
-    g[f"{key}_save"] = node(info, "InspectTestSave", name=key, latent=via([f"{key}_masked", 0], "latent_out"),
+    g[f"{key}_save"] = api_node(info, "InspectTestSave", name=key, latent=via([f"{key}_masked", 0], "latent_out"),
                             image=via([f"{key}_scaled", 0], "image_out"), mask=mask,
                             conditioning=via([f"{key}_ref", 0], "cond_out"))
     return g
 
 
 def test_inspect_on_comfyuis_own_nodes_changes_nothing(server, info):
-    shared = {"clip": node(info, "NativeTestTinyCLIP", folder=FLUX, kind="flux"),
-              "vae": node(info, "InspectTestTinyVAE", folder=FLUX),
-              "img": node(info, "LoadImage", image=IMAGE)}
+    shared = {"clip": api_node(info, "NativeTestTinyCLIP", folder=FLUX, kind="flux"),
+              "vae": api_node(info, "InspectTestTinyVAE", folder=FLUX),
+              "img": api_node(info, "LoadImage", image=IMAGE)}
     prompt = {**shared, **value_graph(info, "plain", False), **value_graph(info, "seen", True)}
     # FillScope Inspect on a CLIP (a value it records by type only), chained, into the Shapes Report
-    prompt["seen_i_clip"] = node(info, "FillScopeInspect", value=["clip", 0])
-    prompt["seen_i_clip2"] = node(info, "FillScopeInspect", value=["seen_i_clip", 0])
-    prompt["seen_other"] = node(info, "CLIPTextEncode", clip=["seen_i_clip2", 0], text="")
-    prompt["seen_other_save"] = node(info, "InspectTestSave", name="seen_other", conditioning=["seen_other", 0])
-    prompt["report"] = node(info, "FillScopeShapesReport", shapes=["seen_i_cond_out", 1],
+    prompt["seen_i_clip"] = api_node(info, "FillScopeInspect", value=["clip", 0])
+    prompt["seen_i_clip2"] = api_node(info, "FillScopeInspect", value=["seen_i_clip", 0])
+    prompt["seen_other"] = api_node(info, "CLIPTextEncode", clip=["seen_i_clip2", 0], text="")
+    prompt["seen_other_save"] = api_node(info, "InspectTestSave", name="seen_other", conditioning=["seen_other", 0])
+    prompt["report"] = api_node(info, "FillScopeShapesReport", shapes=["seen_i_cond_out", 1],
                             filename_prefix="inspect/report")
     # a FillScope value (FS_*, travelling with its upstream records) through Inspect: the encoder still gets it whole
-    prompt["fs_clip"] = node(info, "FillScopeLoadCLIPL", source="meta")
-    prompt["seen_i_fs"] = node(info, "FillScopeInspect", value=["fs_clip", 0])
-    prompt["fs_enc"] = node(info, "FillScopeCLIPLEncode", clip_l=["seen_i_fs", 0], text=PROMPT)
-    prompt["fs_report"] = node(info, "FillScopeShapesReport", shapes=["fs_enc", 1], filename_prefix="inspect/fs")
+    prompt["fs_clip"] = api_node(info, "FillScopeLoadCLIPL", source="meta")
+    prompt["seen_i_fs"] = api_node(info, "FillScopeInspect", value=["fs_clip", 0])
+    prompt["fs_enc"] = api_node(info, "FillScopeCLIPLEncode", clip_l=["seen_i_fs", 0], text=PROMPT)
+    prompt["fs_report"] = api_node(info, "FillScopeShapesReport", shapes=["fs_enc", 1], filename_prefix="inspect/fs")
     entry = server.run(prompt, timeout=600)
 
     plain, plain_meta = saved(server, "plain")
@@ -251,15 +224,15 @@ def expected_ids(text: str) -> tuple[list, list]:
 
 
 def test_inspect_clip_records_each_encode_and_leaves_the_clip_alone(server, info):
-    prompt = {"clip": node(info, "NativeTestTinyCLIP", folder=FLUX, kind="flux"),
-              "ic": node(info, "FillScopeInspectCLIP", clip=["clip", 0]),
-              "a": node(info, "CLIPTextEncode", clip=["ic", 0], text=PROMPT),
-              "a0": node(info, "CLIPTextEncode", clip=["clip", 0], text=PROMPT),
-              "b": node(info, "CLIPTextEncodeFlux", clip=["ic", 0], clip_l=LONG, t5xxl=PROMPT, guidance=3.5),
-              "b0": node(info, "CLIPTextEncodeFlux", clip=["clip", 0], clip_l=LONG, t5xxl=PROMPT, guidance=3.5),
-              "other": node(info, "CLIPTextEncode", clip=["clip", 0], text="something else entirely")}
+    prompt = {"clip": api_node(info, "NativeTestTinyCLIP", folder=FLUX, kind="flux"),
+              "ic": api_node(info, "FillScopeInspectCLIP", clip=["clip", 0]),
+              "a": api_node(info, "CLIPTextEncode", clip=["ic", 0], text=PROMPT),
+              "a0": api_node(info, "CLIPTextEncode", clip=["clip", 0], text=PROMPT),
+              "b": api_node(info, "CLIPTextEncodeFlux", clip=["ic", 0], clip_l=LONG, t5xxl=PROMPT, guidance=3.5),
+              "b0": api_node(info, "CLIPTextEncodeFlux", clip=["clip", 0], clip_l=LONG, t5xxl=PROMPT, guidance=3.5),
+              "other": api_node(info, "CLIPTextEncode", clip=["clip", 0], text="something else entirely")}
     for key in ("a", "a0", "b", "b0", "other"):
-        prompt[f"{key}_save"] = node(info, "InspectTestSave", name=f"clip_{key}", conditioning=[key, 0])
+        prompt[f"{key}_save"] = api_node(info, "InspectTestSave", name=f"clip_{key}", conditioning=[key, 0])
     pid = server.queue(prompt)
     entry = server.wait(pid, timeout=600)
     for key in ("a", "b"):
@@ -324,19 +297,19 @@ def test_inspect_clip_records_each_encode_and_leaves_the_clip_alone(server, info
 
 
 def test_inspect_vae_equals_the_vae_and_records_each_call(server, info):
-    prompt = {"img": node(info, "LoadImage", image=IMAGE),
-              "vae": node(info, "InspectTestTinyVAE", folder=FLUX),
-              "iv": node(info, "FillScopeInspectVAE", vae=["vae", 0])}
+    prompt = {"img": api_node(info, "LoadImage", image=IMAGE),
+              "vae": api_node(info, "InspectTestTinyVAE", folder=FLUX),
+              "iv": api_node(info, "FillScopeInspectVAE", vae=["vae", 0])}
     for key, vae in (("seen", "iv"), ("plain", "vae")):
         prompt.update({
-            f"{key}_enc": node(info, "VAEEncode", pixels=["img", 0], vae=[vae, 0]),
-            f"{key}_dec": node(info, "VAEDecode", samples=[f"{key}_enc", 0], vae=[vae, 0]),
-            f"{key}_tenc": node(info, "VAEEncodeTiled", pixels=["img", 0], vae=[vae, 0], tile_size=64, overlap=16),
-            f"{key}_tdec": node(info, "VAEDecodeTiled", samples=[f"{key}_enc", 0], vae=[vae, 0], tile_size=64,
+            f"{key}_enc": api_node(info, "VAEEncode", pixels=["img", 0], vae=[vae, 0]),
+            f"{key}_dec": api_node(info, "VAEDecode", samples=[f"{key}_enc", 0], vae=[vae, 0]),
+            f"{key}_tenc": api_node(info, "VAEEncodeTiled", pixels=["img", 0], vae=[vae, 0], tile_size=64, overlap=16),
+            f"{key}_tdec": api_node(info, "VAEDecodeTiled", samples=[f"{key}_enc", 0], vae=[vae, 0], tile_size=64,
                                 overlap=16),
-            f"{key}_s1": node(info, "InspectTestSave", name=f"vae_{key}", latent=[f"{key}_enc", 0],
+            f"{key}_s1": api_node(info, "InspectTestSave", name=f"vae_{key}", latent=[f"{key}_enc", 0],
                               image=[f"{key}_dec", 0]),
-            f"{key}_s2": node(info, "InspectTestSave", name=f"vae_{key}_tiled", latent=[f"{key}_tenc", 0],
+            f"{key}_s2": api_node(info, "InspectTestSave", name=f"vae_{key}_tiled", latent=[f"{key}_tenc", 0],
                               image=[f"{key}_tdec", 0]),
         })
     pid = server.queue(prompt)

@@ -104,7 +104,7 @@ def test_object_info_lists_the_klein_nodes_and_files(server):
     assert info["FillScopeKleinSampler"]["input_order"]["optional"] == ["negative", "soft_mask", "step_cache",
                                                                          "cache_threshold"]
     assert info["FillScopeKleinInpaintCondition"]["input_order"]["optional"] == ["masked_fill", "reference"]
-    assert info["FillScopeKleinSampler"]["output"] == ["FS_LATENT", "STRING"]
+    assert info["FillScopeKleinSampler"]["output"] == ["FS_LATENT", "STRING", "LATENT"]
     assert info["FillScopeQwen3Encode"]["output"] == ["FS_KLEIN_TEXT", "STRING"]
     assert info["FillScopeLoadKleinTransformer"]["input"]["optional"]["storage"][1]["options"] == ["as loaded", "fp8_e4m3fn"]
     assert "flux2" in info["FillScopeLoadVAE"]["input"]["required"]["kind"][1]["options"]

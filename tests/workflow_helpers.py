@@ -57,3 +57,20 @@ def with_synthetic_image(prompt: dict, width: int, height: int, mask_fraction: f
                 node["inputs"][key] = ["90", value[1]]
     del prompt[load]
     return prompt
+
+
+def api_node(info: dict, class_type: str, **inputs) -> dict:
+    """An API-format node of `class_type` (its /object_info entry in `info`): the given inputs, every other required
+    widget at its default (or the menu's first entry)."""
+    values = {}
+    for name, spec in info[class_type]["input"]["required"].items():
+        kind, opts = spec[0], (spec[1] if len(spec) > 1 else {})
+        if name in inputs:
+            continue
+        if "default" in opts:
+            values[name] = opts["default"]
+        elif isinstance(kind, list) and kind:
+            values[name] = kind[0]
+        elif kind == "COMBO" and opts.get("options"):
+            values[name] = opts["options"][0]
+    return {"class_type": class_type, "inputs": {**values, **inputs}}

@@ -38,6 +38,7 @@ from ..masks import PreparedInput, require_grid
 from ..observe import observer_or_noop, stage
 from ..parallel.context import check_parallel, context_parallel, rank_shapes
 from ..sampling import (
+    ExternalDenoiser,
     blend_with_source,
     check_finite_settings,
     check_steps_and_denoise,
@@ -197,7 +198,7 @@ def soft_mask_latent(cond: FillCondition, soft_mask):
 
 
 def sample_flux_fill(
-    transformer: Component,
+    transformer: Component | ExternalDenoiser,
     text: FluxTextCondition,
     cond: FillCondition,
     *,
@@ -228,7 +229,11 @@ def sample_flux_fill(
     same latents. 1 (the default): one process, as always.
 
     `step_cache` (first-block / mag / taylorseer; "off" by default): a diffusers step cache for this run
-    (fillscope.speed), `cache_threshold` its threshold; what it skipped is in the info."""
+    (fillscope.speed), `cache_threshold` its threshold; what it skipped is in the info.
+
+    `transformer` may be an ExternalDenoiser (sampling.py: ComfyUI's own MODEL, nodes/native_model.py): it is called
+    where the diffusers transformer would be, with the same tokens, t, guidance and text; everything else is as
+    above (no step cache, parallel 1)."""
     import torch
 
     observe = observer_or_noop(observe)
@@ -236,11 +241,17 @@ def sample_flux_fill(
     speed.check_with_parallel(step_cache, parallel)
     check_finite_settings(("guidance", guidance, "a finite number (FLUX.1 Fill [dev] is tuned for 30)"))
     check_steps_and_denoise(steps, denoise)
-    model = transformer.model
+    external = isinstance(transformer, ExternalDenoiser)
+    if external and (parallel != 1 or step_cache != "off"):
+        raise FillScopeInputError("step_cache" if step_cache != "off" else "parallel", (
+            f"is {step_cache!r}" if step_cache != "off" else f"is {parallel}") + f" with a native {transformer.input_name}"
+            ": step caches and context parallelism are diffusers' and run on FillScope's own transformer only.",
+            "set step_cache to off (parallel 1), or load the transformer with FillScope's loader.")
+    model = None if external else transformer.model
     cfg = transformer.config
     check_widths(transformer, cond)
     check_text(transformer, text)
-    device, dtype = transformer.device, model.dtype
+    device, dtype = transformer.device, (transformer.dtype if external else model.dtype)
     b = cond.condition.shape[0]
     lh, lw = cond.latent_height, cond.latent_width
     n_tokens = cond.tokens
@@ -290,17 +301,20 @@ def sample_flux_fill(
             t = on_device[i] * 1000.0
             timestep = t.expand(b).to(dtype)
             model_input = torch.cat([x, condition], dim=2)  # [B,N,384]
-            with speed.cache_context(model, cache, "cond"):
-                velocity = model(
-                    hidden_states=model_input,
-                    timestep=timestep / 1000,
-                    guidance=guidance_vec,
-                    pooled_projections=pooled,
-                    encoder_hidden_states=hidden_text,
-                    txt_ids=txt_ids,
-                    img_ids=img_ids,
-                    return_dict=False,
-                )[0]  # [B,N,64]
+            if external:
+                velocity = transformer.call(model_input, timestep / 1000, guidance_vec, (hidden_text, pooled), (lh, lw))
+            else:
+                with speed.cache_context(model, cache, "cond"):
+                    velocity = model(
+                        hidden_states=model_input,
+                        timestep=timestep / 1000,
+                        guidance=guidance_vec,
+                        pooled_projections=pooled,
+                        encoder_hidden_states=hidden_text,
+                        txt_ids=txt_ids,
+                        img_ids=img_ids,
+                        return_dict=False,
+                    )[0]  # [B,N,64]
             if i == 0:
                 observe("transformer.input", model_input)
                 observe("transformer.output", velocity)
@@ -308,7 +322,7 @@ def sample_flux_fill(
                     ("flux_text", [hidden_text, pooled], "the T5 / CLIP-L text encoder"),
                     ("condition", condition, "the VAE (masked-image latents)"),
                     ("condition", x, "the VAE (source latents, denoise < 1)"),
-                ), component=transformer)
+                ), component=None if external else transformer)
             x = euler_step(x, velocity, on_device[i], on_device[i + 1])
             if soft is not None:
                 free = differential_mask(soft_packed, step_sigmas[i], sigma_first, sigma_end)

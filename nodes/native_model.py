@@ -1,0 +1,133 @@
+"""ComfyUI's own MODEL (a ModelPatcher from UNETLoader / CheckpointLoaderSimple, with native LoRA loaders and model
+patches applied) as the denoiser of FillScope's FLUX Fill sampler.
+
+FillScope keeps its schedule, noise, guidance, differential diffusion and paste-back; only the denoiser call
+changes: `flux_fill_denoiser` returns an engine ExternalDenoiser whose call converts FillScope's packed tokens to
+ComfyUI's layout, runs the native model and converts its output back to FillScope's velocity tokens.
+
+Which level is called, and why: `patcher.model.apply_model` (comfy.model_base.BaseModel.apply_model), the call
+ComfyUI's own samplers make (comfy/samplers.py calc_cond_batch), with the `transformer_options` they build from the
+patcher (its model_options' transformer_options, its wrappers and callbacks as sampler_helpers.prepare_model_patcher
+adds them, then cond_or_uncond / sigmas per call) and `model_options["model_function_wrapper"]` when a patch set one.
+At that level everything a user can hang on a MODEL applies: LoRA and other weight patches and object patches (put on
+the weights by comfy.model_management.load_models_gpu, which also places the model under ComfyUI's memory
+management), APPLY_MODEL and DIFFUSION_MODEL wrappers, attention / block patches read from transformer_options by
+comfy.ldm.flux.model, the model's manual-cast dtype and its model_sampling (timestep conversion). Calling
+`diffusion_model` directly would skip the APPLY_MODEL wrappers, the model function wrapper, the cast and a patched
+model_sampling.
+
+Conventions (ComfyUI 0.3.75 comfy/model_base.py Flux, comfy/ldm/flux/model.py, comfy/model_sampling.py):
+- x [B,16,h,w] unpacked latents (the model patchifies 2x2 itself, channel c*4 + py*2 + px: FillScope's packing);
+  c_concat [B,16+64,h,w] = masked-image latents (already scaled, as process_latent_in gives them) ++ the 8x8-packed
+  mask (channel dy*8 + dx), which is exactly FillScope's [B,N,384] tokens unpacked as 96 channels;
+- t = sigma in [0, 1] (ModelType.FLUX: model_sampling.timestep(sigma) = sigma; the diffusion model scales by 1000
+  in its timestep embedding, as diffusers' transformer does with FillScope's t); guidance the plain number (30);
+- the output is the denoised latent (CONST: x - v * sigma); the velocity is (x - denoised) / sigma, packed back.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+from ..fillscope.errors import FillScopeInputError
+from ..fillscope.sampling import ExternalDenoiser
+from ..fillscope.specs import pack_latents, unpack_latents
+
+FIX = "load the FLUX.1 Fill model (flux1-fill-dev) with UNETLoader, or wire FillScope's FLUX Fill transformer instead."
+
+
+def unet_config(patcher) -> dict:
+    return dict(getattr(getattr(patcher.model, "model_config", None), "unet_config", None) or {})
+
+
+def check_flux_fill_model(patcher, flux_text, condition, name: str = "model") -> dict:
+    """The native MODEL against FillScope's condition and text, before anything is placed or sampled: a FLUX model
+    (comfy.model_base.Flux with flow-matching sampling), in_channels = (noisy 4C + condition) / 4 per pixel (96 for
+    the published Fill), out_channels C, context_in_dim = the T5 width, vec_in_dim = the pooled width. Returns the
+    widths in diffusers' names (ExternalDenoiser.config)."""
+    import comfy.model_base
+    import comfy.model_sampling
+
+    model = getattr(patcher, "model", None)
+    if not isinstance(model, comfy.model_base.Flux) or isinstance(model, comfy.model_base.Flux2):
+        raise FillScopeInputError(name, f"is a {type(model).__name__} MODEL; the FLUX Fill sampler runs a FLUX.1 model "
+                                        "(comfy.model_base.Flux).", FIX)
+    if not isinstance(model.model_sampling, comfy.model_sampling.CONST):
+        raise FillScopeInputError(name, f"samples as {type(model.model_sampling).__name__}, not flow matching (CONST).",
+                                  FIX)
+    cfg = unet_config(patcher)
+    p = int(cfg.get("patch_size", 2))
+    in_ch, out_ch = cfg.get("in_channels"), cfg.get("out_channels", cfg.get("in_channels"))
+    noisy, width = condition.latent_channels * p * p, condition.condition.shape[-1]
+    gives = noisy + width
+    if in_ch is None or in_ch * p * p != gives:
+        raise FillScopeInputError(name, (
+            f"takes in_channels {in_ch} per pixel ({in_ch * p * p if in_ch else '?'} per {p}x{p} token), but the "
+            f"condition gives noisy {noisy} + condition {width} = {gives} per token ({gives // (p * p)} per pixel: "
+            "a FLUX.1 Fill model reads 96 = 16 noisy + 16 masked image + 64 mask)."), FIX)
+    if out_ch * p * p != noisy:
+        raise FillScopeInputError(name, f"returns out_channels {out_ch}, but the condition's VAE has "
+                                        f"{condition.latent_channels} latent channels.", FIX)
+    hidden, pooled = flux_text.t5_hidden, flux_text.pooled
+    want = (cfg.get("context_in_dim"), cfg.get("vec_in_dim"))
+    if getattr(hidden, "ndim", 0) != 3 or getattr(pooled, "ndim", 0) != 2 or (hidden.shape[-1], pooled.shape[-1]) != want:
+        raise FillScopeInputError("flux_text", (
+            f"is {list(getattr(hidden, 'shape', []))} with a pooled vector {list(getattr(pooled, 'shape', []))}, but "
+            f"the {name} input's MODEL reads context_in_dim {want[0]} (T5 width) and vec_in_dim {want[1]} (pooled "
+            "CLIP-L width)."), "encode the prompt with the text encoders this FLUX model was trained with.")
+    return {"in_channels": in_ch * p * p, "out_channels": out_ch * p * p, "joint_attention_dim": want[0],
+            "pooled_projection_dim": want[1], "guidance_embeds": bool(cfg.get("guidance_embed", False))}
+
+
+@contextmanager
+def flux_fill_denoiser(patcher, config: dict, latent_shape, name: str = "model"):
+    """For one sampling run, as ComfyUI's samplers run a MODEL (comfy/samplers.py CFGGuider, _calc_cond_batch):
+    placed under ComfyUI's model management (load_models_gpu: weight patches such as LoRAs applied; the memory the
+    model says a step on `latent_shape` [B,16,h,w] needs, as comfy.sampler_helpers.estimate_memory asks), pre_run before
+    the first step, prepare_state(sigma) before every call, cleanup after the run (also on error or interrupt).
+    Yields the engine's ExternalDenoiser over the model's apply_model (the module docstring says why that level)."""
+    import uuid
+
+    import comfy.model_management as mm
+    import comfy.model_patcher
+    import comfy.patcher_extension as pe
+    import torch
+
+    model = patcher.model
+    need = model.memory_required(list(latent_shape))
+    mm.load_models_gpu([patcher], memory_required=need, minimum_memory_required=need)
+    options = comfy.model_patcher.create_model_options_clone(patcher.model_options)
+    base = options.setdefault("transformer_options", {})
+    pe.merge_nested_dicts(base.setdefault("wrappers", {}), patcher.wrappers, copy_dict1=False)
+    pe.merge_nested_dicts(base.setdefault("callbacks", {}), patcher.callbacks, copy_dict1=False)
+    wrapper = options.get("model_function_wrapper")
+    call_id = uuid.uuid4()
+
+    def call(tokens, t, guidance, text, grid):
+        """tokens [B,N,384] -> x [B,16,h,w] + c_concat [B,80,h,w]; velocity [B,N,64]."""
+        lh, lw = grid
+        hidden, pooled = text
+        full = unpack_latents(tokens, lh, lw)  # [B,96,h,w] = noisy 16 ++ masked latents 16 ++ mask 64
+        c = config["out_channels"] // 4
+        x, concat = full[:, :c].float(), full[:, c:]
+        sigma = t.float()  # [B]
+        patcher.prepare_state(sigma)
+        transformer_options = dict(base)
+        transformer_options.update(cond_or_uncond=[0], uuids=[call_id], sigmas=sigma)
+        kwargs = {"c_concat": concat, "c_crossattn": hidden, "y": pooled, "transformer_options": transformer_options}
+        if guidance is not None:
+            kwargs["guidance"] = guidance
+        if wrapper is not None:
+            denoised = wrapper(model.apply_model, {"input": x, "timestep": sigma, "c": kwargs, "cond_or_uncond": [0]})
+        else:
+            denoised = model.apply_model(x, sigma, **kwargs)
+        velocity = (x - denoised.float()) / sigma.view(-1, 1, 1, 1)  # CONST: denoised = x - v * sigma
+        return pack_latents(velocity).to(tokens.dtype)
+
+    # ComfyUI's samplers keep their latents in float32 and cast inside apply_model; FillScope's do the same here
+    patcher.pre_run()
+    try:
+        yield ExternalDenoiser(call=call, config=config, device=patcher.load_device, dtype=torch.float32,
+                               input_name=name)
+    finally:
+        patcher.cleanup()

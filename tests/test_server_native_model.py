@@ -1,0 +1,180 @@
+"""FillScope's FLUX Fill sampler on ComfyUI's own MODEL (nodes/native_model.py) in a real ComfyUI 0.3.75 server.
+
+The server is this module's own (tests/comfy_server.py) with tests/comfy_nodes as one more custom_nodes folder; its
+models folder holds only the tiny FLUX Fill folder (tests/tiny_flux.py) and a LoRA for it. The test-only node
+NativeFillTestTinyFluxFill (fillscope_native_fill_test_nodes.py) builds ComfyUI's own FluxInpaint model at that
+folder's tiny config with its transformer weights converted to ComfyUI's keys by ComfyUI's own map.
+
+Checked, on the same weights, seed, condition and text (fp32): FillScope's sampler with its own transformer and with
+the native MODEL give the same latents within 1e-4 relative (plain, and with denoise < 1 and a soft mask); the same
+kohya LoRA file through FillScope's LoRA node and through ComfyUI's LoraLoaderModelOnly changes both alike (1e-4);
+an APPLY_MODEL wrapper on the MODEL is called at every step (one
+that interrupts after its 2nd call stops the sampler there); wiring both or neither of transformer / model, and a MODEL of another text width, are refused before the first
+step, naming the inputs, and the next prompt runs.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from comfy_server import (
+    ComfyExecutionError,
+    ServerWithTestNodes,
+    comfyui_installed,
+    comfyui_path,
+)
+from safetensors.torch import load_file, save_file
+
+pytestmark = pytest.mark.server
+
+FOLDER, LORA = "FLUX.1-Fill-dev", "native_fill_test_lora.safetensors"
+STEPS = 4
+
+
+def kohya_lora(seed: int = 0, rank: int = 4, alpha: float = 8.0) -> dict:
+    """A LoRA over every 2-D Linear weight of the tiny FLUX Fill transformer's BFL checkpoint (fused qkv, linear1),
+    in kohya keys (lora_unet_<BFL module with _>, lora_down / lora_up / alpha), as tests/test_lora.py writes them."""
+    import checkpoint_files as cf
+    from tiny_flux import build_tiny_components
+
+    state = cf.flux_bfl_state(build_tiny_components(0)["transformer"])
+    g, out = torch.Generator().manual_seed(seed), {}
+    for key in sorted(state):
+        w = state[key]
+        if not key.endswith(".weight") or w.dim() != 2 or "norm" in key:
+            continue
+        name = "lora_unet_" + key[:-7].replace(".", "_")
+        out[f"{name}.lora_down.weight"] = torch.randn(rank, w.shape[1], generator=g) * 0.1
+        out[f"{name}.lora_up.weight"] = torch.randn(w.shape[0], rank, generator=g) * 0.1
+        out[f"{name}.alpha"] = torch.tensor(alpha)
+    return out
+
+
+@pytest.fixture(scope="module")
+def server():
+    if not comfyui_installed():
+        pytest.skip(f"ComfyUI not installed at {comfyui_path()} (run `make setup` or set COMFYUI_PATH)")
+    from tiny_flux import build_tiny_flux_fill_folder
+
+    server = ServerWithTestNodes()
+    try:
+        build_tiny_flux_fill_folder(server.models_dir / "diffusers" / FOLDER, seed=0)
+        (server.models_dir / "loras").mkdir(parents=True, exist_ok=True)
+        save_file({k: v.contiguous() for k, v in kohya_lora().items()}, str(server.models_dir / "loras" / LORA))
+        server.start()
+        yield server
+    finally:
+        server.cleanup()
+
+
+# ---- graphs ------------------------------------------------------------------------------------------------------
+
+
+def n(class_type, **inputs) -> dict:
+    return {"class_type": class_type, "inputs": inputs}
+
+
+def graph(name: str, *, native: bool, lora: bool = False, context_in_dim: int = 0, both: bool = False,
+          neither: bool = False, seed: int = 0, denoise: float = 1.0, soft: bool = False,
+          interrupt_at: int = 0) -> dict:
+    """FillScope's loaders, prompt and condition; the sampler on FillScope's transformer or the native MODEL (with
+    the LoRA through FillScope's LoRA node or ComfyUI's LoraLoaderModelOnly); its latents saved as `name`."""
+    fs = {"source": FOLDER, "dtype": "fp32"}
+    g = {
+        "1": n("FillScopeLoadCLIPL", **fs), "2": n("FillScopeLoadT5", **fs),
+        "3": n("FillScopeLoadFluxFillTransformer", **fs), "4": n("FillScopeLoadVAE", kind="flux", **fs),
+        "5": n("FillScopeFluxPrompt", clip_l=["1", 0], t5=["2", 0], text="a red brick fireplace", max_length=512),
+        "6": n("FillScopeSyntheticImageMask", width=128, height=96, mask_fraction=0.5),
+        "7": n("FillScopeFluxFillCondition", vae=["4", 0], image=["6", 0], mask=["6", 1], invert_mask=False,
+               threshold=0.5, grow=0, feather=0, size_mode="pad"),
+        "8": n("FillScopeFluxFillSampler", flux_text=["5", 0], condition=["7", 0], seed=seed, steps=STEPS,
+               guidance=30.0, denoise=denoise),
+        "9": n("NativeFillTestSaveFSLatent", latent=["8", 0], name=name),
+        "m": n("NativeFillTestTinyFluxFill", folder=FOLDER, context_in_dim=context_in_dim),
+    }
+    sampler = g["8"]["inputs"]
+    if soft:
+        sampler["soft_mask"] = ["6", 1]
+    if native or both:
+        model = ["m", 0]
+        if interrupt_at:  # ComfyUI's own APPLY_MODEL wrapper (tests/comfy_nodes/fillscope_native_model_test_nodes.py)
+            g["stop"] = n("NativeTestInterruptAtCall", model=["m", 0], call=interrupt_at)
+            model = ["stop", 0]
+        if lora:
+            g["l"] = n("LoraLoaderModelOnly", model=["m", 0], lora_name=LORA, strength_model=1.0)
+            model = ["l", 0]
+        sampler["model"] = model
+    if not native or both:
+        transformer = ["3", 0]
+        if lora:
+            g["l2"] = n("FillScopeFluxFillLoRA", transformer=["3", 0], lora_name=LORA, strength=1.0)
+            transformer = ["l2", 0]
+        sampler["transformer"] = transformer
+    if neither:
+        sampler.pop("model", None), sampler.pop("transformer", None)
+    if not (native or both) or neither:
+        del g["m"]
+    return g
+
+
+def latent(server, name: str) -> torch.Tensor:
+    return load_file(str(server.output_dir / "fillscope_native_fill" / f"{name}.safetensors"))["samples"]
+
+
+def rel(a, b) -> float:
+    return float((a - b).abs().max() / b.abs().max())
+
+
+def run(server, name: str, **kw) -> torch.Tensor:
+    server.run(graph(name, **kw), timeout=600)
+    return latent(server, name)
+
+
+def refused(server, **kw) -> str:
+    with pytest.raises(ComfyExecutionError) as e:
+        server.run(graph("refused", **kw), timeout=600)
+    return str(e.value)
+
+
+# ---- tests -------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", [{}, {"denoise": 0.75, "soft": True, "seed": 3}], ids=["plain", "denoise-soft-mask"])
+def test_native_model_gives_the_latents_of_fillscopes_own_transformer(server, case):
+    own = run(server, "own", native=False, **case)
+    native = run(server, "native", native=True, **case)
+    assert own.shape == native.shape == (1, 16, 12, 16)
+    assert torch.isfinite(native).all()
+    assert rel(native, own) <= 1e-4
+
+
+def test_a_native_lora_changes_the_output_as_fillscopes_lora_node_does(server):
+    base = run(server, "base", native=False)
+    own = run(server, "own_lora", native=False, lora=True)
+    native = run(server, "native_lora", native=True, lora=True)
+    assert rel(own, base) > 1e-2  # the LoRA does change the result
+    assert rel(native, own) <= 1e-4
+
+
+def test_both_or_neither_denoiser_wired_is_refused_naming_both_inputs(server):
+    for kw in ({"native": True, "both": True}, {"native": False, "neither": True}):
+        msg = refused(server, **kw)
+        assert "input 'transformer'" in msg and "'model'" in msg and "exactly one denoiser" in msg, msg
+    assert torch.isfinite(run(server, "after_refusal", native=True)).all()
+
+
+def test_a_native_model_of_another_text_width_is_refused_before_the_first_step(server):
+    msg = refused(server, native=True, context_in_dim=48)
+    assert "input 'flux_text'" in msg and "context_in_dim 48" in msg and "[1, 512, 32]" in msg, msg
+    assert "FillScopeFluxFillSampler" in msg and "prepare" in msg  # refused in the node's model-free step
+    assert torch.isfinite(run(server, "after_width", native=True)).all()
+
+
+def test_the_models_apply_model_wrappers_run_at_every_step(server):
+    """The patcher's wrappers reach the call (nodes/native_model.py merges them into transformer_options as ComfyUI's
+    samplers do): a wrapper that interrupts after the 2nd model call stops the sampler, and the next prompt runs."""
+    entry = server.wait(server.queue(graph("interrupted", native=True, interrupt_at=2)), timeout=600,
+                        raise_on_error=False)
+    assert any(kind == "execution_interrupted" for kind, _ in entry["status"]["messages"]), entry["status"]
+    assert not (server.output_dir / "fillscope_native_fill" / "interrupted.safetensors").exists()
+    assert torch.isfinite(run(server, "after_interrupt", native=True)).all()
