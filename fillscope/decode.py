@@ -26,7 +26,6 @@ def decode_to_image(vae, latent: SampledLatent, observe=None):
     """[B,C,h,w] -> IMAGE [B,H,W,3] at the user's input size; C must be the VAE's (vae.latent_format). An empty-mask
     result is the source itself.
     On the meta device there are no pixel values: the IMAGE is zeros of the right size (the node says so)."""
-    import torch
 
     observe = observer_or_noop(observe)
     fmt = vae_ops.latent_format(vae)
@@ -44,12 +43,20 @@ def decode_to_image(vae, latent: SampledLatent, observe=None):
             "vae", f"this {fmt.name.upper()} VAE decodes {fmt.channels}-channel latents "
                    f"({vae_ops.describe_widths(vae)}) but the latent has {latent.latents.shape[1]} channels.",
             "connect the VAE that encoded the sampler's condition (the same VAE loader as the condition node).")
-    decoded = vae_ops.decode(vae, latent.latents)  # [B,3,H,W]
+    grid = _decode_grid(vae, latent.latents, observe)  # [B,H,W,3] on the model's grid
+    return restore_geometry(grid, prepared.geometry, prepared.source)
+
+
+def _decode_grid(vae, latents, observe):
+    """Model-space latents [B,C,h,w] -> IMAGE [B,s*h,s*w,3] on the CPU, 0..1 (zeros on meta: no values there)."""
+    import torch
+
+    decoded = vae_ops.decode(vae, latents)  # [B,3,H,W]
     observe("decoded_image", decoded)
     grid = vae_ops.to_unit_range(decoded).permute(0, 2, 3, 1)  # [B,H,W,3]
     if grid.device.type == "meta":
         grid = torch.zeros(grid.shape, dtype=torch.float32)
-    return restore_geometry(grid.cpu(), prepared.geometry, prepared.source)
+    return grid.cpu()
 
 
 # ---- ComfyUI's LATENT (the nodes' native latent output and input) ------------------------------------------------
@@ -94,7 +101,6 @@ def to_comfy_latent(latent: SampledLatent) -> dict:
 def decode_comfy_latent(vae, samples, observe=None):
     """ComfyUI's LATENT samples [B,C,h,w] -> IMAGE [B,s*h,s*w,3] by FillScope's VAE (as ComfyUI's VAEDecode: no
     geometry to restore); the family is the VAE's."""
-    import torch
 
     observe = observer_or_noop(observe)
     fmt = vae_ops.latent_format(vae)
@@ -104,9 +110,4 @@ def decode_comfy_latent(vae, samples, observe=None):
                              f"({vae_ops.describe_widths(vae)}) but the LATENT's samples are {list(samples.shape)}.",
             f"connect a LATENT of the {fmt.name.upper()} family (e.g. VAEEncode with that VAE, or a FillScope "
             f"{fmt.name.upper()} sampler's LATENT output), or the VAE that made it.")
-    decoded = vae_ops.decode(vae, from_comfy_samples(samples, fmt.name))
-    observe("decoded_image", decoded)
-    grid = vae_ops.to_unit_range(decoded).permute(0, 2, 3, 1)
-    if grid.device.type == "meta":
-        grid = torch.zeros(grid.shape, dtype=torch.float32)
-    return grid.cpu()
+    return _decode_grid(vae, from_comfy_samples(samples, fmt.name), observe)

@@ -41,6 +41,17 @@ class ExternalDenoiser:
     input_name: str = "model"
 
 
+def check_external_options(input_name: str, step_cache: str = "off", parallel: int = 1) -> None:
+    """An ExternalDenoiser runs one process without a step cache (both are diffusers' and work on FillScope's own
+    transformer): refused naming the option, before anything is placed."""
+    if step_cache == "off" and parallel == 1:
+        return
+    name, value = ("step_cache", repr(step_cache)) if step_cache != "off" else ("parallel", str(parallel))
+    raise FillScopeInputError(name, f"is {value} with a native '{input_name}': step caches and context parallelism "
+                                    "are diffusers' and run on FillScope's own transformer only.",
+                              "set step_cache to off (parallel 1), or load the transformer with FillScope's loader.")
+
+
 def flux_dynamic_mu(image_tokens: int, base_seq_len=256, max_seq_len=4096, base_shift=0.5, max_shift=1.15) -> float:
     """FLUX's resolution-dependent shift: mu grows linearly with the number of image tokens."""
     m = (max_shift - base_shift) / (max_seq_len - base_seq_len)

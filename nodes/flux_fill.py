@@ -8,7 +8,13 @@ from comfy_api.latest import io
 
 from ..fillscope.decode import to_comfy_latent
 from ..fillscope.errors import FillScopeInputError
-from ..fillscope.pipelines.flux_fill import build_fill_condition, check_text, sample_flux_fill, soft_mask_latent
+from ..fillscope.pipelines.flux_fill import (
+    build_fill_condition,
+    check_text,
+    sample_flux_fill,
+    soft_mask_latent,
+)
+from ..fillscope.sampling import check_external_options
 from ..fillscope.speed import STEP_CACHES
 from . import common as c
 from . import native_model
@@ -92,10 +98,7 @@ class FluxFillSampler(FillScopeNode):
                 + ": the sampler runs exactly one denoiser, FillScope's transformer or ComfyUI's MODEL.",
                 "wire FillScope's FLUX Fill transformer to 'transformer' or ComfyUI's MODEL to 'model', not both.")
         if model is not None:
-            if (rest.get("step_cache") or "off") != "off":
-                raise FillScopeInputError("step_cache", f"is {rest['step_cache']!r} with a native 'model': step caches "
-                                                        "are diffusers' and run on FillScope's own transformer only.",
-                                          "set step_cache to off, or wire FillScope's transformer instead.")
+            check_external_options("model", rest.get("step_cache") or "off")  # before the MODEL is placed
             rest["native"] = native_model.check_flux_fill_model(model, flux_text, condition)
         else:
             check_text(transformer, flux_text)

@@ -93,6 +93,15 @@ class InspectNode(FillScopeNode):
         return executing_node()
 
     @classmethod
+    def call_log(cls, rec, static: dict, note: str) -> "CallLog":
+        """The node's own record (what is known before any call: `static`, and `note` on what comes later) and the
+        log the copy it hands on reports its calls to (Inspect CLIP / VAE)."""
+        for k, v in static.items():
+            rec.fact(k, v)
+        rec.note(note)
+        return CallLog(cls.graph_id(), (cls.SCHEMA or cls.define_schema()).node_id, cls.title, static)
+
+    @classmethod
     def graph_id(cls) -> str:
         node = getattr(getattr(cls, "hidden", None), "unique_id", None)
         return str(node) if node is not None else (executing_node() or "")

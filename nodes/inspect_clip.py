@@ -246,20 +246,17 @@ class InspectCLIP(InspectNode):
             description=("Hands on a clone of the CLIP that records each tokenize / encode a later node makes "
                          "(CLIPTextEncode ...): token ids per tokenizer, real tokens and padding, the hidden states' "
                          "and pooled output's shapes, time. The input CLIP records nothing."),
-            inputs=[io.Clip.Input("clip")],
+            inputs=[io.Clip.Input("clip", tooltip="ComfyUI's CLIP (DualCLIPLoader, CLIPLoader, a checkpoint's CLIP); "
+                                                   "it is not changed: a clone is handed on.")],
             outputs=[io.Clip.Output("inspected", display_name="clip"), c.shapes_output()],
             hidden=[io.Hidden.unique_id],
         )
 
     @classmethod
     def run(cls, rec, clip):
-        static = clip_static(clip)
-        for k, v in static.items():
-            rec.fact(k, v)
-        rec.note("each encode through this CLIP (CLIPTextEncode, CLIPTextEncodeFlux ...) adds its tokens and shapes to "
-                 "this node's table as it happens")
-        log = CallLog(cls.graph_id(), "FillScopeInspectCLIP", cls.title, static)
-        return inspected_clip(clip, log)
+        note = ("each encode through this CLIP (CLIPTextEncode, CLIPTextEncodeFlux ...) adds its tokens and shapes to "
+                "this node's table as it happens")
+        return inspected_clip(clip, cls.call_log(rec, clip_static(clip), note))
 
 
 NODES = [InspectCLIP]

@@ -70,7 +70,8 @@ class InspectModel(InspectNode):  # no model placed (the sampler loads it), a ca
                 "context, pooled vector, guidance, control, output; calls per step (CFG batches), time per call, CUDA "
                 "peak. The record appears on this node when the sampling run ends."),
             inputs=[
-                io.Model.Input("model"),
+                io.Model.Input("model", tooltip="ComfyUI's MODEL (UNETLoader, CheckpointLoaderSimple, after LoRA "
+                                                "loaders and patches); it is not changed: a clone is handed on."),
                 c.advanced(io.Boolean.Input(
                     "modules", default=False, optional=True,
                     tooltip="Also hook every module of the diffusion model for that sampling run: module rows/hits "

@@ -132,20 +132,17 @@ class InspectVAE(InspectNode):
             description=("Hands on a copy of the VAE that records each encode / decode a later node makes (VAEEncode, "
                          "VAEDecode, the tiled ones ...): input and output shapes, dtype, whether it tiled, time. "
                          "The same weights; the input VAE records nothing."),
-            inputs=[io.Vae.Input("vae")],
+            inputs=[io.Vae.Input("vae", tooltip="ComfyUI's VAE (VAELoader, a checkpoint's VAE); it is not changed: a "
+                                                 "copy sharing its weights is handed on.")],
             outputs=[io.Vae.Output("inspected", display_name="vae"), c.shapes_output()],
             hidden=[io.Hidden.unique_id],
         )
 
     @classmethod
     def run(cls, rec, vae):
-        static = vae_static(vae)
-        for k, v in static.items():
-            rec.fact(k, v)
-        rec.note("each encode / decode through this VAE (VAEEncode, VAEDecode ...) adds its shapes to this node's table "
-                 "as it happens")
-        log = CallLog(cls.graph_id(), "FillScopeInspectVAE", cls.title, static)
-        return inspected_vae(vae, log)
+        note = ("each encode / decode through this VAE (VAEEncode, VAEDecode ...) adds its shapes to this node's table "
+                "as it happens")
+        return inspected_vae(vae, cls.call_log(rec, vae_static(vae), note))
 
 
 NODES = [InspectVAE]

@@ -18,6 +18,7 @@ interpreter running the tests.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -355,3 +356,21 @@ class ServerWithTestNodes(ComfyServer):
         super()._write_model_paths()
         with open(self.extra_model_paths, "a", encoding="utf-8") as f:
             f.write(f"fillscope_test_nodes:\n    custom_nodes: {json.dumps(str(TEST_NODES))}\n")
+
+
+@contextlib.contextmanager
+def test_nodes_server(prepare=None):
+    """A started ServerWithTestNodes for one test module, `prepare(server)` run first (models, inputs), cleaned up
+    afterwards; skipped where ComfyUI is not installed (a failure under CI, tests/conftest.py)."""
+    import pytest
+
+    if not comfyui_installed():
+        pytest.skip(f"ComfyUI not installed at {comfyui_path()} (run `make setup` or set COMFYUI_PATH)")
+    server = ServerWithTestNodes()
+    try:
+        if prepare is not None:
+            prepare(server)
+        server.start()
+        yield server
+    finally:
+        server.cleanup()

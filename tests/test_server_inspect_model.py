@@ -27,6 +27,7 @@ from comfy_server import (
     ServerWithTestNodes,
     comfyui_installed,
     comfyui_path,
+    test_nodes_server,
 )
 from safetensors.torch import load_file
 
@@ -42,14 +43,8 @@ SEEDS = itertools.count(1000)
 
 @pytest.fixture(scope="module")
 def server():
-    if not comfyui_installed():
-        pytest.skip(f"ComfyUI not installed at {comfyui_path()} (run `make setup` or set COMFYUI_PATH)")
-    server = ServerWithTestNodes()
-    try:
-        server.start()
+    with test_nodes_server() as server:
         yield server
-    finally:
-        server.cleanup()
 
 
 # ---- graphs ------------------------------------------------------------------------------------------------------

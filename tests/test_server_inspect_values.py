@@ -24,7 +24,7 @@ import urllib.parse
 import numpy as np
 import pytest
 import torch
-from comfy_server import ServerWithTestNodes, comfyui_installed, comfyui_path
+from comfy_server import test_nodes_server
 from PIL import Image
 from safetensors import safe_open
 from tiny_flux import build_tiny_flux_fill_folder
@@ -41,20 +41,16 @@ LONG = " ".join(["a cosy living room with a red brick fireplace, warm light, a w
 
 @pytest.fixture(scope="module")
 def server():
-    if not comfyui_installed():
-        pytest.skip(f"ComfyUI not installed at {comfyui_path()} (run `make setup` or set COMFYUI_PATH)")
-    server = ServerWithTestNodes()
-    try:
+    def prepare(server):
         build_tiny_flux_fill_folder(server.models_dir / "diffusers" / FLUX, seed=0)
         server.input_dir.mkdir(parents=True, exist_ok=True)
         rgba = np.random.default_rng(1).integers(0, 256, size=(H, W, 4), dtype=np.uint8)
         rgba[..., 3] = 255
         rgba[24:72, 32:96, 3] = 0  # transparent = the mask (LoadImage: mask = 1 - alpha)
         Image.fromarray(rgba, "RGBA").save(server.input_dir / IMAGE)
-        server.start()
+
+    with test_nodes_server(prepare) as server:
         yield server
-    finally:
-        server.cleanup()
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from comfy_server import ServerWithTestNodes, comfyui_installed, comfyui_path
+from comfy_server import test_nodes_server
 from safetensors import safe_open
 from workflow_helpers import api_node
 
@@ -33,18 +33,14 @@ TOL = 1e-5
 
 @pytest.fixture(scope="module")
 def server():
-    if not comfyui_installed():
-        pytest.skip(f"ComfyUI not installed at {comfyui_path()} (run `make setup` or set COMFYUI_PATH)")
     from conftest import serve_tiny_models
 
-    server = ServerWithTestNodes()
-    try:
+    def prepare(server):
         server.input_dir.mkdir(parents=True, exist_ok=True)
         serve_tiny_models(server, server.models_dir)
-        server.start()
+
+    with test_nodes_server(prepare) as server:
         yield server
-    finally:
-        server.cleanup()
 
 
 @pytest.fixture(scope="module")

@@ -40,6 +40,7 @@ from ..parallel.context import check_parallel, context_parallel, rank_shapes
 from ..sampling import (
     ExternalDenoiser,
     blend_with_source,
+    check_external_options,
     check_finite_settings,
     check_steps_and_denoise,
     describe_soft_mask,
@@ -54,7 +55,13 @@ from ..sampling import (
     soft_mask_to_latent,
     starting_point,
 )
-from ..specs import FLUX_PATCH, flux_image_ids, flux_scheduler_config, pack_latents, unpack_latents
+from ..specs import (
+    FLUX_PATCH,
+    flux_image_ids,
+    flux_scheduler_config,
+    pack_latents,
+    unpack_latents,
+)
 from ..text import FluxTextCondition
 from ..weights import Component, load_component
 
@@ -242,11 +249,8 @@ def sample_flux_fill(
     check_finite_settings(("guidance", guidance, "a finite number (FLUX.1 Fill [dev] is tuned for 30)"))
     check_steps_and_denoise(steps, denoise)
     external = isinstance(transformer, ExternalDenoiser)
-    if external and (parallel != 1 or step_cache != "off"):
-        raise FillScopeInputError("step_cache" if step_cache != "off" else "parallel", (
-            f"is {step_cache!r}" if step_cache != "off" else f"is {parallel}") + f" with a native {transformer.input_name}"
-            ": step caches and context parallelism are diffusers' and run on FillScope's own transformer only.",
-            "set step_cache to off (parallel 1), or load the transformer with FillScope's loader.")
+    if external:
+        check_external_options(transformer.input_name, step_cache, parallel)
     model = None if external else transformer.model
     cfg = transformer.config
     check_widths(transformer, cond)
