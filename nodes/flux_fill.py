@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from contextlib import nullcontext
 
 from comfy_api.latest import io
 
@@ -113,12 +112,16 @@ class FluxFillSampler(FillScopeNode):
     @classmethod
     def run(cls, rec, flux_text, condition, seed, steps, guidance, denoise, transformer=None, model=None, native=None,
             soft_mask=None, step_cache="off", cache_threshold=None):
-        run_on = (nullcontext(transformer) if model is None else  # a native MODEL: placed for this run only
-                  native_model.flux_fill_denoiser(model, native, condition.masked_latents.shape))
-        with run_on as denoiser:
-            out = sample_flux_fill(denoiser, flux_text, condition, steps=steps, guidance=guidance, seed=seed,
-                                   denoise=denoise, callback=c.progress_callback(steps), observe=rec.observe,
-                                   soft_mask=soft_mask, step_cache=step_cache or "off", cache_threshold=cache_threshold)
+        def sample(denoiser):
+            return sample_flux_fill(denoiser, flux_text, condition, steps=steps, guidance=guidance, seed=seed,
+                                    denoise=denoise, callback=c.progress_callback(steps), observe=rec.observe,
+                                    soft_mask=soft_mask, step_cache=step_cache or "off", cache_threshold=cache_threshold)
+
+        if model is None:
+            out = sample(transformer)
+        else:  # a native MODEL: placed for this run only
+            out = native_model.run_native(model, condition.masked_latents.shape,
+                                          lambda run: sample(native_model.flux_fill_denoiser(run, native)))
         c.record_sampler_result(rec, out, transformer)
         record_shift_range(rec, out.info)
         return out, to_comfy_latent(out)

@@ -27,8 +27,6 @@ Conventions (ComfyUI 0.3.75 comfy/model_base.py Flux, comfy/ldm/flux/model.py, c
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-
 from ..fillscope.errors import FillScopeInputError
 from ..fillscope.sampling import ExternalDenoiser
 from ..fillscope.specs import pack_latents, unpack_latents
@@ -79,29 +77,72 @@ def check_flux_fill_model(patcher, flux_text, condition, name: str = "model") ->
             "pooled_projection_dim": want[1], "guidance_embeds": bool(cfg.get("guidance_embed", False))}
 
 
-@contextmanager
-def flux_fill_denoiser(patcher, config: dict, latent_shape, name: str = "model"):
-    """For one sampling run, as ComfyUI's samplers run a MODEL (comfy/samplers.py CFGGuider, _calc_cond_batch):
-    placed under ComfyUI's model management (load_models_gpu: weight patches such as LoRAs applied; the memory the
-    model says a step on `latent_shape` [B,16,h,w] needs, as comfy.sampler_helpers.estimate_memory asks), pre_run before
-    the first step, prepare_state(sigma) before every call, cleanup after the run (also on error or interrupt).
-    Yields the engine's ExternalDenoiser over the model's apply_model (the module docstring says why that level)."""
-    import uuid
+class NativeRun:
+    """One sampling run of a native MODEL, as ComfyUI's CFGGuider holds one (comfy/samplers.py): the patcher, the
+    model_options of the run (the patcher's wrappers and callbacks merged into its transformer_options, as
+    sampler_helpers.prepare_model_patcher does) and `apply`, the denoiser call. It is the `class_obj` the MODEL's
+    OUTER_SAMPLE wrappers see (executor.class_obj.model_patcher / .model_options), so a wrapper written for ComfyUI's
+    samplers (FillScope Inspect Model's run record, another pack's) wraps FillScope's sampling run as well."""
 
+    def __init__(self, patcher):
+        import uuid
+
+        import comfy.model_patcher
+        import comfy.patcher_extension as pe
+
+        self.model_patcher = patcher
+        self.model = patcher.model
+        self.model_options = comfy.model_patcher.create_model_options_clone(patcher.model_options)
+        self.transformer_options = self.model_options.setdefault("transformer_options", {})
+        pe.merge_nested_dicts(self.transformer_options.setdefault("wrappers", {}), patcher.wrappers, copy_dict1=False)
+        pe.merge_nested_dicts(self.transformer_options.setdefault("callbacks", {}), patcher.callbacks,
+                              copy_dict1=False)
+        self.call_id = uuid.uuid4()
+
+    def apply(self, x, sigma, cond_or_uncond=(0,), **kwargs):
+        """The model's apply_model(x, sigma, **kwargs) -> denoised, as calc_cond_batch calls it: prepare_state(sigma),
+        transformer_options with cond_or_uncond (0 cond, 1 uncond per batch chunk), uuids and sigmas, and the
+        model_function_wrapper when a patch set one. x and sigma float32 (ComfyUI's samplers keep their latents in
+        float32; apply_model casts)."""
+        patcher, model = self.model_patcher, self.model
+        patcher.prepare_state(sigma)
+        parts = list(cond_or_uncond)
+        options = dict(self.transformer_options)
+        options.update(cond_or_uncond=parts, uuids=[self.call_id] * len(parts), sigmas=sigma)
+        kwargs["transformer_options"] = options
+        wrapper = self.model_options.get("model_function_wrapper")
+        if wrapper is not None:
+            return wrapper(model.apply_model, {"input": x, "timestep": sigma, "c": kwargs, "cond_or_uncond": parts})
+        return model.apply_model(x, sigma, **kwargs)
+
+
+def run_native(patcher, latent_shape, sample):
+    """`sample(run: NativeRun)` for one sampling run of the native MODEL `patcher`, as ComfyUI's samplers run a MODEL
+    (comfy/samplers.py CFGGuider.sample / outer_sample): placed under ComfyUI's model management (load_models_gpu:
+    weight patches such as LoRAs applied; the memory the model says a step on `latent_shape` [B,C,h,w] needs, as
+    comfy.sampler_helpers.estimate_memory asks), inside the MODEL's OUTER_SAMPLE wrappers, pre_run before the first
+    step, cleanup after the run (also on error or interrupt). Returns what `sample` returns."""
     import comfy.model_management as mm
-    import comfy.model_patcher
     import comfy.patcher_extension as pe
-    import torch
 
-    model = patcher.model
-    need = model.memory_required(list(latent_shape))
+    need = patcher.model.memory_required(list(latent_shape))
     mm.load_models_gpu([patcher], memory_required=need, minimum_memory_required=need)
-    options = comfy.model_patcher.create_model_options_clone(patcher.model_options)
-    base = options.setdefault("transformer_options", {})
-    pe.merge_nested_dicts(base.setdefault("wrappers", {}), patcher.wrappers, copy_dict1=False)
-    pe.merge_nested_dicts(base.setdefault("callbacks", {}), patcher.callbacks, copy_dict1=False)
-    wrapper = options.get("model_function_wrapper")
-    call_id = uuid.uuid4()
+    run = NativeRun(patcher)
+
+    def outer_sample(*_args, **_kwargs):
+        patcher.pre_run()
+        try:
+            return sample(run)
+        finally:
+            patcher.cleanup()
+
+    wrappers = pe.get_all_wrappers(pe.WrappersMP.OUTER_SAMPLE, run.model_options, is_model_options=True)
+    return pe.WrapperExecutor.new_class_executor(outer_sample, run, wrappers).execute()
+
+
+def flux_fill_denoiser(run: NativeRun, config: dict, name: str = "model") -> ExternalDenoiser:
+    """The engine's ExternalDenoiser over the run's apply_model (the module docstring says why that level)."""
+    import torch
 
     def call(tokens, t, guidance, text, grid):
         """tokens [B,N,384] -> x [B,16,h,w] + c_concat [B,80,h,w]; velocity [B,N,64]."""
@@ -111,23 +152,12 @@ def flux_fill_denoiser(patcher, config: dict, latent_shape, name: str = "model")
         c = config["out_channels"] // 4
         x, concat = full[:, :c].float(), full[:, c:]
         sigma = t.float()  # [B]
-        patcher.prepare_state(sigma)
-        transformer_options = dict(base)
-        transformer_options.update(cond_or_uncond=[0], uuids=[call_id], sigmas=sigma)
-        kwargs = {"c_concat": concat, "c_crossattn": hidden, "y": pooled, "transformer_options": transformer_options}
+        kwargs = {"c_concat": concat, "c_crossattn": hidden, "y": pooled}
         if guidance is not None:
             kwargs["guidance"] = guidance
-        if wrapper is not None:
-            denoised = wrapper(model.apply_model, {"input": x, "timestep": sigma, "c": kwargs, "cond_or_uncond": [0]})
-        else:
-            denoised = model.apply_model(x, sigma, **kwargs)
+        denoised = run.apply(x, sigma, (0,), **kwargs)
         velocity = (x - denoised.float()) / sigma.view(-1, 1, 1, 1)  # CONST: denoised = x - v * sigma
         return pack_latents(velocity).to(tokens.dtype)
 
-    # ComfyUI's samplers keep their latents in float32 and cast inside apply_model; FillScope's do the same here
-    patcher.pre_run()
-    try:
-        yield ExternalDenoiser(call=call, config=config, device=patcher.load_device, dtype=torch.float32,
-                               input_name=name)
-    finally:
-        patcher.cleanup()
+    return ExternalDenoiser(call=call, config=config, device=run.model_patcher.load_device, dtype=torch.float32,
+                            input_name=name)
