@@ -26,8 +26,9 @@ if TYPE_CHECKING:  # annotations only: condition imports vae, which the schedule
 class ExternalDenoiser:
     """A denoiser the engine did not load, passed to a sampler in place of its transformer Component (FLUX Fill:
     ComfyUI's own MODEL, wrapped by nodes/native_model.py): the sampler keeps its schedule, noise, guidance, soft
-    mask and paste-back and calls `call(tokens, t, guidance, text, grid) -> velocity` where its transformer call was
-    (FLUX Fill: tokens [B,N,384] = noisy 64 ++ condition 320, t [B] the sigma in [0, 1], guidance [B] or None,
+    mask and paste-back and calls `call(...) -> velocity` where its transformer call was. The arguments are the
+    family's transformer inputs, documented by each sampler (FLUX Fill, sample_flux_fill: `call(tokens, t, guidance,
+    text, grid)`, tokens [B,N,384] = noisy 64 ++ condition 320, t [B] the sigma in [0, 1], guidance [B] or None,
     text = (T5 sequence [B,L,D], pooled [B,P]), grid = (h, w) the latent grid; velocity [B,N,64]).
 
     `config`: its widths in diffusers' names (in_channels, out_channels, joint_attention_dim, pooled_projection_dim,
