@@ -469,6 +469,191 @@ GRAPHS += [
                 "under the tracers; writes the five-page architecture report to output/fillscope/.", "klein-4b"),
 ]
 
+# ---- with ComfyUI's own nodes (issue 21): native graphs with the Inspect nodes, native loaders into FillScope ------
+# ComfyUI's loaders take a bare file name from their folder (unet_name, clip_name1 ...): the same published files as
+# FillScope's loaders, declared on the node whose widget value is that name (the Missing Models dialog offers it).
+def _native_models(files, *parts) -> list:
+    return [{"name": files[p][1], "url": files[p][2], "directory": files[p][0]} for p in parts]
+
+
+NATIVE_LORA = ("loras", "Hyper-FLUX.1-dev-8steps-lora.safetensors",
+               "https://huggingface.co/ByteDance/Hyper-SD/resolve/main/Hyper-FLUX.1-dev-8steps-lora.safetensors")
+NATIVE_FLUX_FILES = {**FLUX_FILL_FILES, "lora": NATIVE_LORA}
+PROMPT = "a red brick fireplace"
+
+
+def native_flux_loaders(x=0) -> list:
+    """UNETLoader flux1-fill-dev (1), DualCLIPLoader clip_l + t5xxl type flux (2), VAELoader ae (3)."""
+    f = FLUX_FILL_FILES
+    return [
+        Node(1, "UNETLoader", {"unet_name": f["transformer"][1], "weight_dtype": "default"}, (x, 0), size=(320, 90),
+             models=_native_models(f, "transformer")),
+        Node(2, "DualCLIPLoader", {"clip_name1": f["clip_l"][1], "clip_name2": f["t5"][1], "type": "flux",
+                                   "device": "default"}, (x, 90), size=(320, 130),
+             models=_native_models(f, "clip_l", "t5")),
+        Node(3, "VAELoader", {"vae_name": f["vae"][1]}, (x, 200), size=(320, 60), models=_native_models(f, "vae")),
+    ]
+
+
+def inspect_report(node_id, decode, name, pos) -> Node:
+    """FillScope Shapes Report of a native graph: no FillScope shapes to read, it tables the records this prompt's
+    Inspect Model / CLIP / VAE nodes delivered; `after` the decode, so the sampler's run and the decode are in them."""
+    return Node(node_id, "FillScopeShapesReport", {"filename_prefix": f"fillscope/{name}", "after": (decode, 0)}, pos,
+                size=(320, 120))
+
+
+def native_flux_fill_inspect() -> Graph:
+    """ComfyUI's own FLUX.1 Fill inpaint graph (as ComfyUI's example draws it) with FillScope's Inspect nodes on its
+    links: Inspect Model between the model chain and KSampler, Inspect CLIP / VAE after the loaders, Inspect on the
+    conditioning and the latent InpaintModelConditioning makes."""
+    name = "native_flux_fill_inspect"
+    nodes = [
+        *native_flux_loaders(),
+        Node(4, "FillScopeInspectCLIP", {"clip": (2, 0)}, (200, 90), size=(260, 80)),
+        Node(5, "FillScopeInspectVAE", {"vae": (3, 0)}, (200, 200), size=(260, 80)),
+        Node(6, "DifferentialDiffusion", {"model": (1, 0), "strength": 1.0}, (860, 0), size=(260, 60)),
+        Node(7, "FillScopeInspectModel", {"model": (6, 0), "modules": False}, (860, 60), size=(280, 80)),
+        Node(8, "CLIPTextEncode", {"text": PROMPT, "clip": (4, 0)}, (380, 0), title="CLIP Text Encode (positive)",
+             size=(400, 160)),
+        Node(9, "CLIPTextEncode", {"text": "", "clip": (4, 0)}, (380, 130),
+             title="CLIP Text Encode (negative: unused at cfg 1)", size=(400, 120)),
+        Node(10, "FluxGuidance", {"conditioning": (8, 0), "guidance": 30.0}, (640, 0), size=(280, 60)),
+        Node(11, "LoadImage", {"image": "fillscope_example.png", "upload": "image"}, (380, 280), size=(320, 360)),
+        Node(12, "InpaintModelConditioning", {"positive": (10, 0), "negative": (9, 0), "vae": (5, 0),
+                                              "pixels": (11, 0), "mask": (11, 1), "noise_mask": True},
+             (640, 280), size=(300, 140)),
+        Node(13, "FillScopeInspect", {"value": (12, 0)}, (860, 130), title="Inspect (positive conditioning)",
+             size=(300, 80)),
+        Node(14, "FillScopeInspect", {"value": (12, 2)}, (860, 200), title="Inspect (latent)", size=(300, 80)),
+        Node(15, "KSampler", {"model": (7, 0), "seed": 0, "steps": 20, "cfg": 1.0, "sampler_name": "euler",
+                              "scheduler": "normal", "positive": (13, 0), "negative": (12, 1),
+                              "latent_image": (14, 0), "denoise": 1.0}, (1060, 0), size=(320, 300)),
+        Node(16, "VAEDecode", {"samples": (15, 0), "vae": (5, 0)}, (1280, 0), size=(220, 60)),
+        Node(17, "SaveImage", {"images": (16, 0), "filename_prefix": f"fillscope/{name}"}, (1280, 60),
+             size=(400, 420)),
+        inspect_report(18, 16, name, (1280, 350)),
+    ]
+    groups = [("Load models", [1, 2, 3, 4, 5]), ("Prompt", [8, 9, 10]), ("Image and mask", [11, 12]),
+              ("Sample", [6, 7, 13, 14, 15]), ("Output", [16, 17, 18])]
+    return Graph(name, "ComfyUI's own FLUX.1 Fill [dev] inpainting graph (UNETLoader, DualCLIPLoader, VAELoader, "
+                 "FluxGuidance 30, InpaintModelConditioning, DifferentialDiffusion, KSampler) with FillScope's Inspect "
+                 "nodes on its links: the diffusion model's boundary at every step, the tokens and encodings, the "
+                 "VAE's calls, the conditioning and latent shapes; nothing downstream changes.", nodes, groups,
+                 notes.native(
+                     "ComfyUI's own FLUX.1 Fill inpainting, inspected",
+                     notes.NATIVE_INSPECT + " " + notes.NATIVE_REPORT + " Inspect Model sits between "
+                     "DifferentialDiffusion and KSampler: its table "
+                     "shows the 96 input channels FLUX Fill reads (16 noisy latent + 16 masked image + 64 packed mask, "
+                     "what InpaintModelConditioning concatenates) at every step.",
+                     FLUX_FILL_FILES.values(),
+                     extra="KSampler runs at cfg 1 (FLUX.1 is guidance-distilled): the negative prompt is not used; "
+                           "the guidance is FluxGuidance's 30. " + notes.gated("FLUX.1 Fill [dev]")))
+
+
+def native_sd3_inspect() -> Graph:
+    """ComfyUI's own SD3-medium + alimama inpainting ControlNet graph with FillScope's Inspect nodes on its links."""
+    name = "native_sd3_inspect"
+    f = SD3_FILES
+    nodes = [
+        Node(1, "CheckpointLoaderSimple", {"ckpt_name": f["transformer"][1]}, (0, 0), size=(320, 100),
+             models=_native_models(f, "transformer")),
+        Node(2, "TripleCLIPLoader", {"clip_name1": f["clip_l"][1], "clip_name2": f["clip_g"][1],
+                                     "clip_name3": f["t5"][1]}, (0, 110), size=(320, 110),
+             models=_native_models(f, "clip_l", "clip_g", "t5")),
+        Node(3, "ControlNetLoader", {"control_net_name": f["controlnet"][1]}, (0, 230), size=(320, 60),
+             models=_native_models(f, "controlnet")),
+        Node(4, "FillScopeInspectModel", {"model": (1, 0), "modules": False}, (200, 0), size=(280, 80)),
+        Node(5, "FillScopeInspectCLIP", {"clip": (2, 0)}, (200, 110), size=(260, 80)),
+        Node(6, "FillScopeInspectVAE", {"vae": (1, 2)}, (200, 230), size=(260, 80)),
+        Node(7, "CLIPTextEncode", {"text": PROMPT, "clip": (5, 0)}, (380, 0), title="CLIP Text Encode (positive)",
+             size=(400, 160)),
+        Node(8, "CLIPTextEncode", {"text": "blurry, low quality", "clip": (5, 0)}, (380, 130),
+             title="CLIP Text Encode (negative)", size=(400, 160)),
+        Node(9, "LoadImage", {"image": "fillscope_example.png", "upload": "image"}, (380, 280), size=(320, 360)),
+        Node(10, "ControlNetInpaintingAliMamaApply",
+             {"positive": (7, 0), "negative": (8, 0), "control_net": (3, 0), "vae": (6, 0), "image": (9, 0),
+              "mask": (9, 1), "strength": 0.95, "start_percent": 0.0, "end_percent": 1.0}, (640, 280), size=(320, 200)),
+        Node(11, "VAEEncode", {"pixels": (9, 0), "vae": (6, 0)}, (640, 420), size=(220, 60)),
+        Node(12, "SetLatentNoiseMask", {"samples": (11, 0), "mask": (9, 1)}, (640, 470), size=(220, 60)),
+        Node(13, "FillScopeInspect", {"value": (10, 0)}, (860, 0), title="Inspect (positive + control)",
+             size=(300, 80)),
+        Node(14, "FillScopeInspect", {"value": (12, 0)}, (860, 70), title="Inspect (latent)", size=(300, 80)),
+        Node(15, "KSampler", {"model": (4, 0), "seed": 0, "steps": 28, "cfg": 7.0, "sampler_name": "euler",
+                              "scheduler": "sgm_uniform", "positive": (13, 0), "negative": (10, 1),
+                              "latent_image": (14, 0), "denoise": 1.0}, (1060, 0), size=(320, 300)),
+        Node(16, "VAEDecode", {"samples": (15, 0), "vae": (6, 0)}, (1280, 0), size=(220, 60)),
+        Node(17, "SaveImage", {"images": (16, 0), "filename_prefix": f"fillscope/{name}"}, (1280, 60),
+             size=(400, 420)),
+        inspect_report(18, 16, name, (1280, 350)),
+    ]
+    groups = [("Load models", [1, 2, 3, 4, 5, 6]), ("Prompt", [7, 8]), ("Image and mask", [9, 10, 11, 12]),
+              ("Sample", [13, 14, 15]), ("Output", [16, 17, 18])]
+    return Graph(name, "ComfyUI's own SD3-medium + alimama inpainting ControlNet graph (CheckpointLoaderSimple, "
+                 "TripleCLIPLoader, ControlNetLoader, ControlNetInpaintingAliMamaApply, KSampler CFG 7) with "
+                 "FillScope's Inspect nodes on its links: the MMDiT's boundary at every step (the CFG batch, the "
+                 "ControlNet's residuals), the tokens and encodings, the VAE's calls; nothing downstream changes.",
+                 nodes, groups,
+                 notes.native(
+                     "ComfyUI's own SD3-medium + inpainting ControlNet, inspected",
+                     notes.NATIVE_INSPECT + " " + notes.NATIVE_REPORT + " At CFG 7 Inspect Model shows two halves "
+                     "per step (cond and uncond in one "
+                     "batch, or two calls when the prompts' lengths differ) and the ControlNet's residuals under "
+                     "`control`.",
+                     SD3_FILES.values(),
+                     extra=notes.gated("SD3-medium") + " " + SD3_CONTROLNET_NAME_NOTE))
+
+
+def native_flux_fill_mixed() -> Graph:
+    """ComfyUI's loaders, LoRA and prompt feeding FillScope's FLUX Fill condition and sampler, the sampler's LATENT
+    back into ComfyUI's VAEDecode."""
+    name = "native_flux_fill_mixed"
+    nodes = [
+        *native_flux_loaders(),
+        Node(4, "LoraLoaderModelOnly", {"model": (1, 0), "lora_name": NATIVE_LORA[1], "strength_model": 0.125},
+             (0, 260), size=(320, 90), models=[{"name": NATIVE_LORA[1], "url": NATIVE_LORA[2],
+                                                "directory": NATIVE_LORA[0]}]),
+        Node(5, "CLIPTextEncode", {"text": PROMPT, "clip": (2, 0)}, (380, 0), size=(400, 160)),
+        Node(6, "FillScopeFluxTextFromConditioning", {"conditioning": (5, 0)}, (640, 0), size=(320, 80)),
+        Node(7, "LoadImage", {"image": "fillscope_example.png", "upload": "image"}, (380, 260), size=(320, 360)),
+        Node(8, "FillScopeFluxFillCondition",
+             {"vae": (3, 0), "image": (7, 0), "mask": (7, 1), "invert_mask": False, "threshold": 0.5, "grow": 0,
+              "feather": 0, "size_mode": "pad"}, (640, 250), size=(320, 260)),
+        Node(9, "FillScopeFluxFillSampler",
+             {"model": (4, 0), "flux_text": (6, 0), "condition": (8, 0), "seed": 0, "steps": 8, "guidance": 30.0,
+              "denoise": 1.0}, (860, 0), size=(320, 280)),
+        Node(10, "VAEDecode", {"samples": (9, 2), "vae": (3, 0)}, (1080, 0), size=(220, 60)),
+        Node(11, "SaveImage", {"images": (10, 0), "filename_prefix": f"fillscope/{name}"}, (1260, 0),
+             size=(400, 420)),
+        report(12, 9, name, (1080, 60)),
+    ]
+    groups = [("Load models", [1, 2, 3, 4]), ("Prompt", [5, 6]), ("Image and mask", [7, 8]), ("Sample", [9]),
+              ("Output", [10, 11, 12])]
+    return Graph(name, "ComfyUI's own loaders (UNETLoader flux1-fill-dev, a LoRA through LoraLoaderModelOnly, "
+                 "DualCLIPLoader, VAELoader) and CLIPTextEncode feeding FillScope's FLUX Fill Condition (ComfyUI's "
+                 "VAE) and FLUX Fill Sampler (ComfyUI's MODEL); the sampler's LATENT decoded by ComfyUI's VAEDecode; "
+                 "FillScope's Shapes Report of the whole chain.", nodes, groups,
+                 notes.native(
+                     "ComfyUI's loaders and LoRA into FillScope's FLUX Fill nodes",
+                     "ComfyUI's MODEL (with its LoRA applied by ComfyUI) is the FLUX Fill Sampler's denoiser on its "
+                     "`model` input; ComfyUI's VAE encodes the condition; CLIPTextEncode's CONDITIONING becomes "
+                     "FillScope's FLUX text through **FLUX Text from CONDITIONING**; the sampler's last output is "
+                     "ComfyUI's LATENT, decoded by ComfyUI's VAE Decode. FillScope's schedule, noise, guidance (30) "
+                     "and condition stay; the Shapes Report tables every FillScope node's boundary.",
+                     NATIVE_FLUX_FILES.values(),
+                     extra="The LoRA is ByteDance's Hyper-SD 8-step LoRA for FLUX.1 [dev] at 0.125 (its recommended "
+                           "strength), so the sampler runs 8 steps; it is made for FLUX.1 [dev], whose blocks FLUX.1 "
+                           "Fill [dev] shares (its effect on Fill was not measured here). Any other FLUX.1 LoRA goes in "
+                           "its place; without one, bypass the node and set `steps` back to 28. "
+                           + notes.gated("FLUX.1 Fill [dev]")))
+
+
+SD3_CONTROLNET_NAME_NOTE = ("The ControlNet is published as `diffusion_pytorch_model.safetensors`: save it in "
+                            "`models/controlnet/` as `SD3-Controlnet-Inpainting.safetensors` (the name this workflow "
+                            "loads).")
+NATIVE = ["native_flux_fill_inspect", "native_sd3_inspect", "native_flux_fill_mixed"]  # tests and thumbnails read it
+GRAPHS += [native_flux_fill_inspect(), native_sd3_inspect(), native_flux_fill_mixed()]
+
+
 def is_link(value) -> bool:
     return isinstance(value, tuple) and len(value) == 2
 

@@ -32,9 +32,9 @@ def _links(files) -> str:
     return "\n".join(out)
 
 
-def real_weights(what: str, files, *, extra: str = "", image: bool = True) -> str:
+def real_weights(what: str, files, *, extra: str = "", image: bool = True, intro: str = MODELS_INTRO) -> str:
     """A real-weight workflow's note: what it does, the files and where they go, the input image."""
-    parts = [f"## {what}", "### Models to download", _links(files), _tree(files), MODELS_INTRO]
+    parts = [f"## {what}", "### Models to download", _links(files), _tree(files), intro]
     if extra:
         parts.append(extra)
     if image:
@@ -68,3 +68,24 @@ SHAPES = ("After a run each FillScope node shows a table of the tensors at its b
 REPORT = ("The trace node runs one denoiser step under the module and line tracers and writes the five-page "
           "architecture report (HTML + JSON) to `output/fillscope/`; open it from the **FillScope** tab in the sidebar. "
           "Switch `line_trace` off for a faster run.")
+
+
+NATIVE_MODELS_INTRO = ("ComfyUI's loaders (Load Diffusion Model, DualCLIPLoader, Load VAE ...) list the files of these "
+                       "folders; press **r** (Refresh) after adding files. Missing files are offered for download when "
+                       "the workflow opens (the Missing Models dialog).")
+NATIVE_INSPECT = ("The graph is ComfyUI's own; FillScope's Inspect nodes sit on its links and change nothing downstream "
+                  "(the same latent, bit for bit). After a run each shows its table: **Inspect Model** the diffusion "
+                  "model's boundary at every step (latent in with the inpaint channels, sigma, text context, pooled "
+                  "vector, guidance, output; calls per step, time per call), **Inspect CLIP** the tokens and the "
+                  "encodings of each CLIPTextEncode, **Inspect VAE** each encode / decode, **Inspect** the "
+                  "conditioning and latent on its link. API clients read the same records at "
+                  "`GET /fillscope/live?prompt_id=ID`.")
+
+NATIVE_REPORT = ("The **Shapes Report**, wired `after` VAE Decode, tables those records together and writes them to "
+                 "`output/fillscope/`.")
+
+
+def native(what: str, shows: str, files, *, extra: str = "") -> str:
+    """A graph of ComfyUI's own nodes with FillScope's: what it shows, then the files (ComfyUI's loaders read them
+    from the same folders) and the input image."""
+    return real_weights(what, files, extra=(shows + ("\n\n" + extra if extra else "")), intro=NATIVE_MODELS_INTRO)

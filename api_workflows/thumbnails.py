@@ -12,7 +12,11 @@ each template in example_workflows/:
   (fillscope/trace/report/screenshot.py): the model's macro architecture with the shape on every edge;
 - every other workflow: loads it as the template browser does, queues it from the canvas and shoots the canvas after
   the run, every FillScope node showing the shapes it measured (meta workflows: full-size shapes on meta weights;
-  real-weight workflows: the tiny stand-ins, so the image itself is noise; the picture is of the graph).
+  real-weight workflows: the tiny stand-ins, so the image itself is noise; the picture is of the graph);
+- a native_* workflow (ComfyUI's own loaders, which cannot load tiny files): loads it the same way, but queues, for
+  the page's client, its API twin with the loaders swapped for the tiny stand-ins of tests/native_templates.py
+  (same node ids, so the canvas shows the run on the template's own nodes, loaders as shipped); the server has the
+  test-only nodes of tests/comfy_nodes for it (comfy_server.ServerWithTestNodes).
 
 Needs playwright and Debian's chromium (no browser is downloaded), like the browser tests. Deterministic graphs, but
 the pictures are not byte-identical between runs (timings are shown); they are committed, not compared.
@@ -77,14 +81,26 @@ def report_page1(server, entry: dict, out: Path, browser) -> Path:
         return to_jpg(shots[0].read_bytes(), out)
 
 
-def canvas_after_run(cp, name: str, out: Path) -> Path:
-    """The template loaded as the browser loads it, run from the canvas, the whole graph in view."""
+def queue_for_page(cp, prompt: dict) -> str:
+    """POST /prompt with the page's client id: the page gets the run's websocket events as for its own Queue."""
+    from browser import http_json
+
+    client = cp.page.evaluate("() => window.comfyAPI.api.api.clientId")
+    answer = http_json(f"{cp.url}/prompt", {"prompt": prompt, "client_id": client})
+    if answer.get("node_errors") or "prompt_id" not in answer:
+        raise RuntimeError(f"queue failed: {json.dumps(answer)[:2000]}")
+    return answer["prompt_id"]
+
+
+def canvas_after_run(cp, name: str, out: Path, prompt: dict | None = None) -> Path:
+    """The template loaded as the browser loads it, run from the canvas (or `prompt` queued for the page), the whole
+    graph in view."""
     cp.page.evaluate("async (n) => { const r = await fetch(`/api/workflow_templates/FillScope/${n}.json`);"
                      " await window.app.loadGraphData(await r.json(), true, true, n); }", name)
     cp.page.wait_for_timeout(500)
     cp.dismiss_dialogs()
     cp.free_cache()
-    pid = cp.queue()
+    pid = cp.queue() if prompt is None else queue_for_page(cp, prompt)
     cp.wait_history(pid, timeout=600)
     cp.wait_executed(pid, timeout=120)
     cp.full_detail()
@@ -111,14 +127,18 @@ def main(argv=None) -> int:
     ap.add_argument("--only", nargs="*", help="template names (default: every example_workflows/*.json)")
     args = ap.parse_args(argv)
     sys.path[:0] = [str(TESTS), str(REPO)]
+    import native_templates
     from browser import ComfyPage
-    from comfy_server import ComfyServer
+    from comfy_server import ServerWithTestNodes
     from conftest import serve_tiny_models
 
     names = args.only or sorted(p.stem for p in EXAMPLES.glob("*.json"))
     out = Path(args.out)
-    with ComfyServer() as server:
+    with ServerWithTestNodes() as server:
         serve_tiny_models(server, server.models_dir)
+        # the native templates' LoRA and SD3 folder; their ControlNet only while native_sd3_inspect runs (the
+        # FillScope SD3 templates read another tiny ControlNet under the same file name)
+        native_templates.prepare(server.models_dir, controlnet=False)
         with ComfyPage(server.url, viewport=(1600, 900)) as cp:
             # the canvas alone: focus mode (no menus), no zoom buttons (the p-buttongroup over the canvas), no stats
             cp.page.evaluate("async () => await window.app.extensionManager.command.execute('Workspace.ToggleFocusMode')")
@@ -128,17 +148,26 @@ def main(argv=None) -> int:
                 ui = json.loads((EXAMPLES / f"{name}.json").read_text())
                 trace = any(n["type"].endswith("Trace") for n in ui["nodes"])
                 sd3 = name.startswith("sd3_") and not trace
+                native = name.startswith("native_")
+                controlnet = server.models_dir / native_templates.CONTROLNET[0] / native_templates.CONTROLNET[1]
+                kept = controlnet.read_bytes() if native else None
                 if sd3:
                     sd3_t5(server.models_dir, True)
+                if native:
+                    native_templates.write_controlnet(server.models_dir)
                 try:
                     if trace:
                         api = json.loads((HERE / f"{name}.api.json").read_text())
                         path = report_page1(server, server.run(api, timeout=900), out / f"{name}.jpg", cp.browser)
+                    elif native:
+                        path = canvas_after_run(cp, name, out / f"{name}.jpg", native_templates.swapped(name))
                     else:
                         path = canvas_after_run(cp, name, out / f"{name}.jpg")
                 finally:
                     if sd3:
                         sd3_t5(server.models_dir, False)
+                    if native:
+                        controlnet.write_bytes(kept)
                 print(f"wrote {path.relative_to(REPO) if path.is_relative_to(REPO) else path} "
                       f"({path.stat().st_size // 1024} KiB)")
             errors = cp.errors()

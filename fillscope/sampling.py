@@ -30,6 +30,9 @@ class ExternalDenoiser:
     family's transformer inputs, documented by each sampler (FLUX Fill, sample_flux_fill: `call(tokens, t, guidance,
     text, grid)`, tokens [B,N,384] = noisy 64 ++ condition 320, t [B] the sigma in [0, 1], guidance [B] or None,
     text = (T5 sequence [B,L,D], pooled [B,P]), grid = (h, w) the latent grid; velocity [B,N,64]).
+    klein (sample_klein): `call(tokens, t, guidance, text, grid, references, reference_ids, part)`, velocity [B,N,C]
+    (nodes/native_klein.py); SD3 ControlNet inpaint (sample_sd3_controlnet_inpaint): `call(x, sigma, context, pooled,
+    control, cond_or_uncond) -> velocity` (nodes/native_sd3.py).
 
     `config`: its widths in diffusers' names (in_channels, out_channels, joint_attention_dim, pooled_projection_dim,
     guidance_embeds), read by the sampler's own width checks; `device`, `dtype`: where and in which dtype the sampler
@@ -40,6 +43,14 @@ class ExternalDenoiser:
     device: object
     dtype: object
     input_name: str = "model"
+    schedule: Callable | None = None  # called once with the run's sigmas [steps + 1] before the first step
+
+
+def tell_schedule(denoiser, sigmas) -> None:
+    """An ExternalDenoiser's `schedule` gets the run's sigmas before the first step (ComfyUI's
+    transformer_options["sample_sigmas"]: what a MODEL's wrappers read for a call's position in the schedule)."""
+    if isinstance(denoiser, ExternalDenoiser) and denoiser.schedule is not None:
+        denoiser.schedule(sigmas)
 
 
 def check_external_options(input_name: str, step_cache: str = "off", parallel: int = 1) -> None:

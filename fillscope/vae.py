@@ -113,6 +113,13 @@ def _flux2_bn_stats(comp: Component, like):
     return mean, std
 
 
+def normalises_patches(comp: Component) -> bool:
+    """A FLUX.2 VAE model whose own encode gives the normalised patches [B,C*p*p,H/s,W/s] and whose decode takes
+    them (its `normalised_patches` is True: ComfyUI's FLUX.2 VAE, wrapped by the nodes, does both inside its model):
+    encode and decode then use it as it is, without patchify or BatchNorm here."""
+    return bool(getattr(comp.model, "normalised_patches", False))
+
+
 def encode(comp: Component, image_pm1):
     """[B,3,H,W] in [-1,1] -> model latents [B,C,H/s,W/s] (latent_format: C and s from the VAE's config):
     (mean - shift) * scale for FLUX.1/SD3 (published [B,16,H/8,W/8]); for FLUX.2 (patchify(mean) - bn_mean) / bn_std
@@ -122,6 +129,8 @@ def encode(comp: Component, image_pm1):
     if comp.kind == "flux2_vae":
         with torch.inference_mode():
             z = comp.model.encode(image_pm1.to(device=comp.device, dtype=comp.model.dtype)).latent_dist.mode()
+            if normalises_patches(comp):
+                return z
             patches = flux2_patchify(z, flux2_patch(comp))
             mean, std = _flux2_bn_stats(comp, patches)
             return (patches - mean) / std
@@ -143,6 +152,8 @@ def decode(comp: Component, latents):
     if comp.kind == "flux2_vae":
         with torch.inference_mode():
             x = latents.to(device=comp.device, dtype=vae.dtype)
+            if normalises_patches(comp):
+                return vae.decode(x, return_dict=False)[0]
             mean, std = _flux2_bn_stats(comp, x)
             return vae.decode(flux2_unpatchify(x * std + mean, flux2_patch(comp)), return_dict=False)[0]
     with torch.inference_mode():

@@ -1,4 +1,5 @@
-"""Inspection nodes: a synthetic image + mask of any size (for meta traces) and the shapes report."""
+"""Inspection nodes: a synthetic image + mask of any size (for meta traces) and the shapes report (FillScope's
+shapes documents and this prompt's Inspect Model / CLIP / VAE records, delivered by nodes/live.py)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,15 @@ from ..fillscope.errors import FillScopeInputError
 from ..fillscope.masks import synthetic_image_and_mask
 from ..fillscope.trace.records import MAX_JSON_DEPTH, json_depth
 from ..fillscope.trace.records import SCHEMA as SHAPES_SCHEMA
-from ..fillscope.trace.summary import boundary_rows, crop_line, format_rows
+from ..fillscope.trace.summary import (
+    boundary_rows,
+    crop_line,
+    format_rows,
+    format_sections,
+    record_section,
+)
 from . import common as c
+from . import live
 from .base import FillScopeNode
 
 
@@ -64,33 +72,73 @@ def output_stem(filename_prefix: str) -> tuple[str, str, str]:
 
 
 SHAPES_FIX = "wire a FillScope node's shapes output (the last node of the graph: its trail holds every node upstream)."
+# the nodes whose records nodes/live.py delivers after they ran (the Shapes Report tables them beside the shapes)
+LIVE_NODES = {"FillScopeInspectModel": "Inspect Model", "FillScopeInspectCLIP": "Inspect CLIP",
+              "FillScopeInspectVAE": "Inspect VAE"}
 
 
-def read_shapes(shapes: str) -> dict:
-    """The shapes document of a FillScope node's `shapes` output; FillScopeInputError('shapes') for anything else.
+def read_shapes(shapes: str, name: str = "shapes") -> dict:
+    """The shapes document of a FillScope node's `shapes` output; FillScopeInputError(name) for anything else.
     Its nesting is counted first: JSON nested deeper than a shape record would exhaust the recursion of Python's JSON
     reader (and of the writer and the table code after it)."""
     depth = json_depth(shapes) if isinstance(shapes, str) else 0
     if depth > MAX_JSON_DEPTH:
-        raise FillScopeInputError("shapes", f"is JSON nested {depth:,} arrays/objects deep; a FillScope shape record "
-                                            f"nests at most {MAX_JSON_DEPTH} deep (the limit), so it is not one.",
+        raise FillScopeInputError(name, f"is JSON nested {depth:,} arrays/objects deep; a FillScope shape record "
+                                        f"nests at most {MAX_JSON_DEPTH} deep (the limit), so it is not one.",
                                   SHAPES_FIX)
     try:
         doc = json.loads(shapes)
     except (TypeError, ValueError) as e:
-        raise FillScopeInputError("shapes", f"is not JSON ({e}; it starts {ascii(str(shapes)[:40])}).", SHAPES_FIX) from None
+        raise FillScopeInputError(name, f"is not JSON ({e}; it starts {ascii(str(shapes)[:40])}).", SHAPES_FIX) from None
     if not isinstance(doc, dict) or doc.get("schema") != SHAPES_SCHEMA:
         found = ascii(doc.get("schema"))[:40] if isinstance(doc, dict) else f"a JSON {type(doc).__name__}"
-        raise FillScopeInputError("shapes", f"is not a FillScope shape record: schema {found}, expected "
-                                            f"'{SHAPES_SCHEMA}'.", SHAPES_FIX)
+        raise FillScopeInputError(name, f"is not a FillScope shape record: schema {found}, expected "
+                                        f"'{SHAPES_SCHEMA}'.", SHAPES_FIX)
     trail = doc.get("trail", [])
     records = [doc.get("node")] + (trail if isinstance(trail, list) else [None])
     for rec in records:
         if not (isinstance(rec, dict) and isinstance(rec.get("id"), str) and isinstance(rec.get("tensors"), list)
                 and all(isinstance(t, dict) for t in rec["tensors"])):
-            raise FillScopeInputError("shapes", f"is a '{SHAPES_SCHEMA}' document whose node or trail is not a list "
-                                                "of node records (id, title, tensors).", SHAPES_FIX)
+            raise FillScopeInputError(name, f"is a '{SHAPES_SCHEMA}' document whose node or trail is not a list "
+                                            "of node records (id, title, tensors).", SHAPES_FIX)
     return doc
+
+
+def live_records(prompt_id: str | None) -> list[tuple[str, dict]]:
+    """(node id, record) of every record nodes/live.py delivered for this prompt so far (Inspect Model / CLIP / VAE,
+    finished when the sampler, encoder or decoder that called their MODEL, CLIP or VAE ran), in delivery order."""
+    out = []
+    for node_id, output in live.records_of(prompt_id or "").items():
+        docs = output.get("fillscope_shapes") or [None]
+        record = docs[0].get("node") if isinstance(docs[0], dict) else None
+        if isinstance(record, dict) and isinstance(record.get("tensors"), list):
+            out.append((str(node_id), record))
+    return out
+
+
+def inspect_nodes(prompt, leave_out=()) -> list[str]:
+    """"Inspect Model 'ID'" for each Inspect Model / CLIP / VAE node of the prompt (the API graph), but `leave_out`."""
+    return [f"{LIVE_NODES[node['class_type']]} '{k}'" for k, node in (prompt or {}).items()
+            if isinstance(node, dict) and node.get("class_type") in LIVE_NODES and str(k) not in leave_out]
+
+
+def nothing_to_report(prompt, prompt_id) -> FillScopeInputError:
+    """Neither a shapes document nor an Inspect record: what the graph lacks, and how to wire it."""
+    inspecting = inspect_nodes(prompt)
+    if not inspecting:
+        return FillScopeInputError(
+            "shapes", "is not wired, and this prompt has no Inspect Model / Inspect CLIP / Inspect VAE node whose "
+                      "records the report could table: there is nothing to report.",
+            "wire a FillScope node's shapes output to shapes, or put FillScope Inspect Model / Inspect VAE / Inspect "
+            "CLIP on the graph's MODEL / VAE / CLIP and wire the graph's last output (e.g. VAE Decode's IMAGE) to "
+            "after.")
+    return FillScopeInputError(
+        "shapes", f"is not wired, and no Inspect node of this prompt ({', '.join(inspecting)}) has delivered a "
+                  f"record for it (prompt {prompt_id}): nothing called their MODEL / CLIP / VAE before this report "
+                  "ran. Either 'after' is not wired to what those calls make, or ComfyUI reused the cached outputs "
+                  "of the sampler / encoder / decoder and ran none of them again.",
+        "wire the graph's last output (e.g. VAE Decode's IMAGE) to after; to measure again with an unchanged graph, "
+        "change an input of the sampler (the seed) so that it runs.")
 
 
 class ShapesReport(FillScopeNode):
@@ -100,40 +148,70 @@ class ShapesReport(FillScopeNode):
             node_id="FillScopeShapesReport",
             display_name="FillScope Shapes Report",
             category=c.CATEGORY + "/inspect",
-            description="Gathers the shapes of every FillScope node upstream and writes them (JSON + text table) to the output folder.",
+            description=("Gathers the shapes of every FillScope node upstream and the records of this prompt's "
+                         "Inspect Model / CLIP / VAE nodes (ComfyUI's own MODEL, CLIP, VAE as the sampler, encoders "
+                         "and decoders called them) and writes them (JSON + text table) to the output folder."),
             inputs=[
-                io.String.Input("shapes", force_input=True, tooltip="A FillScope node's shapes output (its trail includes everything upstream)."),
+                io.String.Input("shapes", force_input=True, optional=True,
+                                tooltip="A FillScope node's shapes output (its trail includes everything upstream). "
+                                        "Optional in a graph of ComfyUI's own nodes with Inspect nodes: wire after."),
                 io.String.Input("filename_prefix", default="fillscope/shapes"),
                 io.String.Input("shapes_2", force_input=True, optional=True,
                                 tooltip="Another branch's shapes output, for a graph whose branches meet only through "
                                         "IMAGE/MASK (crop and stitch: wire the VAE Decode's shapes here)."),
+                io.AnyType.Input("after", optional=True,
+                                 tooltip="Any output (e.g. VAE Decode's IMAGE): the report runs after that node, so "
+                                         "the records of the Inspect Model / CLIP / VAE nodes it needed (the sampler's "
+                                         "run, the decode) are complete. Its value is not read."),
             ],
             outputs=[],
             is_output_node=True,
+            hidden=[io.Hidden.prompt],
         )
 
     @classmethod
-    def run(cls, rec, shapes, filename_prefix, shapes_2=None):
-        doc = read_shapes(shapes)
-        docs = [doc] if shapes_2 is None else [read_shapes(shapes_2), doc]
+    def run(cls, rec, filename_prefix, shapes=None, shapes_2=None, after=None):
+        docs = [read_shapes(s, name) for s, name in ((shapes_2, "shapes_2"), (shapes, "shapes")) if s is not None]
+        prompt_id = live.current_prompt_id()
+        sections = [record_section(node_id, record) for node_id, record in live_records(prompt_id)]
+        prompt = getattr(getattr(cls, "hidden", None), "prompt", None)
+        if not docs and not sections:
+            raise nothing_to_report(prompt, prompt_id)
+        # Inspect nodes of the graph that delivered nothing for this prompt (their sampler / decoder ran from
+        # ComfyUI's cache, or after this report): said, so a table without them is not read as complete
+        silent = inspect_nodes(prompt, {s["node"] for s in sections})
         try:
-            rows = boundary_rows(docs)
+            rows = boundary_rows(docs) if docs else []
         except (KeyError, TypeError, AttributeError, IndexError, ValueError) as e:  # a record missing its fields
             raise FillScopeInputError("shapes", f"is not a FillScope shape record ({SHAPES_SCHEMA}): "
                                                 f"{type(e).__name__} {e} while reading its tensors.", SHAPES_FIX) from None
-        table = format_rows(rows)
-        crop = crop_line(docs, rows)
-        if crop:
-            table += "\ncrop: " + crop
+        # the Inspect sections first: FillScope's table ends with its seed verdict, read off the text's last line
+        parts = [format_sections(sections)] if sections else []
+        if silent:
+            parts.insert(0, f"no record in this prompt from {', '.join(silent)}: what calls their MODEL / CLIP / VAE "
+                            "ran from ComfyUI's cache or after this report")
+        if docs:
+            table = format_rows(rows)
+            crop = crop_line(docs, rows)
+            if crop:
+                table += "\ncrop: " + crop
+            parts.append(table)
+        else:
+            crop = None
+        text = "\n\n".join(parts)
+        all_rows = [r for s in sections for r in s["rows"]] + rows
         full_dir, stem, subfolder = output_stem(filename_prefix)
-        report = {"schema": doc.get("schema"), "boundaries": rows, "shapes": doc, **({"crop": crop} if crop else {}),
-                  **({"shapes_2": docs[0]} if shapes_2 is not None else {})}
+        doc = docs[-1] if docs else None
+        report = {"schema": SHAPES_SCHEMA, "boundaries": all_rows, "shapes": doc, **({"crop": crop} if crop else {}),
+                  **({"shapes_2": docs[0]} if len(docs) == 2 else {})}
+        if sections or silent:
+            report.update(prompt_id=prompt_id, inspect=sections, not_recorded=silent)
         with open(os.path.join(full_dir, stem + ".json"), "w") as f:
             json.dump(report, f, indent=1)
         with open(os.path.join(full_dir, stem + ".txt"), "w") as f:
-            f.write(table + "\n")
+            f.write(text + "\n")
         files = [{"filename": stem + ".json", "subfolder": subfolder, "type": "output"}]
-        return io.NodeOutput(ui={"text": [table], "fillscope_report": files, "fillscope_boundaries": rows})
+        return io.NodeOutput(ui={"text": [text], "fillscope_report": files, "fillscope_boundaries": all_rows})
 
 
 NODES = [SyntheticImageMask, ShapesReport]

@@ -5,11 +5,13 @@ The node hands on a clone of its MODEL (comfy.model_patcher.ModelPatcher.clone()
 model_options and wrappers); the MODEL it was given, and every other node's copy of it, is left as it was. The clone
 carries three ComfyUI wrappers (comfy.patcher_extension, key `fillscope_inspect_model.<node id>`):
 
-- OUTER_SAMPLE (one sampling run: KSampler, SamplerCustom ...): starts a run record (a ShapeRecorder: its clock is
-  the run's wall time, its CUDA peak the run's peak), adds a forward pre-hook and hook (with_kwargs) on the diffusion
-  model itself, with `modules` a ModuleTracer (fillscope/trace/modules.py) on all its modules, and in a `finally`
-  removes every hook it added (also when the run fails or is interrupted), then publishes the record
-  (nodes/live.py: websocket event `fillscope.live`, GET /fillscope/live?prompt_id=ID);
+- OUTER_SAMPLE (one sampling run: KSampler, SamplerCustom ..., and FillScope's FLUX Fill sampler on a native MODEL,
+  whose run nodes/native_model.py run_native wraps the same way with its NativeRun as the executor's class_obj):
+  starts a run record (a ShapeRecorder: its clock is the run's wall time, its CUDA peak the run's peak), adds a
+  forward pre-hook and hook (with_kwargs) on the diffusion model itself, with `modules` a ModuleTracer
+  (fillscope/trace/modules.py) on all its modules, and in a `finally` removes every hook it added (also when the run
+  fails or is interrupted), then publishes the record (nodes/live.py: websocket event `fillscope.live`,
+  GET /fillscope/live?prompt_id=ID; a Shapes Report `after` the sampler tables it);
 - APPLY_MODEL (each model call: BaseModel.apply_model): the sampler's latent x before anything is concatenated,
   sigma, the concatenated conditioning (c_concat: Flux Fill's inpaint latents and packed mask), control residuals,
   the denoised output; cond_or_uncond (CFG batches), the schedule position, the call's wall time (CUDA synchronised
@@ -21,7 +23,8 @@ carries three ComfyUI wrappers (comfy.patcher_extension, key `fillscope_inspect_
 
 The record: one row per boundary with the shapes of the first step (a later call of that step whose shapes differ
 adds its own rows), facts (steps seen, calls per step, total calls, time per call, sigmas first/last, one `step N`
-entry per step), provenance "measured on <device>, native ComfyUI <model_base class>"; with `modules`, the module
+entry per step), provenance "measured on <device>, native ComfyUI <model_base class>", the diffusion model's class,
+what sampled ("sampled by": CFGGuider or NativeRun, and the sampler's node); with `modules`, the module
 rows and hits and one `block <name>` entry per transformer block (double_blocks / single_blocks for Flux,
 joint_blocks for MMDiT). The node's own execution records what is known without running the model (model class,
 latent channels, dtype, parameter count): nothing is moved or loaded for it.
@@ -44,7 +47,7 @@ from ..fillscope.trace.records import (
 )
 from . import common as c
 from . import live
-from .inspect_calls import InspectNode
+from .inspect_calls import InspectNode, executing_node
 
 log = logging.getLogger(__name__)
 KEY = "fillscope_inspect_model"
@@ -157,9 +160,9 @@ class Inspector:
     def outer_sample(self, executor, *args, **kwargs):
         if self.run is not None:  # a sampling run inside one of ours (same clone): already recorded
             return executor(*args, **kwargs)
-        guider = executor.class_obj
+        guider = executor.class_obj  # ComfyUI's CFGGuider, or FillScope's NativeRun (nodes/native_model.py)
         patcher = guider.model_patcher
-        run = self.run = Run(patcher, self.modules)
+        run = self.run = Run(patcher, self.modules, sampled_by(guider))
         error = None
         try:
             run.start()
@@ -185,12 +188,14 @@ class Inspector:
 class Run:
     """One sampling run's record."""
 
-    def __init__(self, patcher, modules: bool):
+    def __init__(self, patcher, modules: bool, sampler: str = ""):
         self.patcher = patcher
         self.base = patcher.model
         self.dm = getattr(self.base, "diffusion_model", None)
         self.modules = modules
-        self.rec = ShapeRecorder("FillScopeInspectModel", TITLE)  # its clock and CUDA peak: this run's
+        self.sampler = sampler
+        # its clock and CUDA peak: this run's; "native_model": the Shapes Report's row order (trace/summary.py)
+        self.rec = ShapeRecorder("FillScopeInspectModel", TITLE, "native_model")
         self.handles: list = []
         self.tracer: ModuleTracer | None = None
         self.calls: list[dict] = []  # {step, sigma, batch, parts, wall_s}
@@ -291,8 +296,10 @@ class Run:
         return out
 
     def _step(self, sigma, schedule) -> int:
-        """The schedule position of a call: the index of its sigma in the run's sigmas, searched from the current
-        step on; a sigma between two (a sampler's intermediate evaluation) stays with the current step."""
+        """The schedule position of a call: the index of its sigma in the run's sigmas (transformer_options'
+        sample_sigmas, set by ComfyUI's samplers and by FillScope's through NativeRun.set_sigmas), searched from the
+        current step on; a sigma between two (a sampler's intermediate evaluation) stays with the current step.
+        Without the run's sigmas (a sampler that sets none) each new sigma starts a step."""
         if schedule is not None and id(schedule) != self.schedule_id:
             self.schedule_id = id(schedule)
             flat = getattr(schedule, "flatten", None)
@@ -325,6 +332,10 @@ class Run:
         cls_name = type(self.base).__name__
         rec.fact("provenance", f"measured on {where}, native ComfyUI {cls_name}")
         rec.fact("class", cls_name)
+        if self.dm is not None:
+            rec.fact("diffusion model", type(self.dm).__name__)
+        if self.sampler:
+            rec.fact("sampled by", self.sampler)
         calls = self.calls
         steps: dict[int, list[dict]] = {}
         for k in calls:
@@ -369,6 +380,13 @@ class Run:
 
 
 # ---- helpers ------------------------------------------------------------------------------------------------------
+
+
+def sampled_by(guider) -> str:
+    """What ran the sampling run: the OUTER_SAMPLE executor's object (CFGGuider for ComfyUI's samplers, NativeRun for
+    FillScope's FLUX Fill sampler) and the node that is executing (the sampler node)."""
+    node = executing_node()
+    return type(guider).__name__ + (f" (node {node})" if node else "")
 
 
 def _add(rows: list, name: str, t, role: str) -> None:

@@ -22,10 +22,13 @@ from ..fillscope.pipelines.klein import (
     soft_mask_latent,
     transformer_variant,
 )
+from ..fillscope.sampling import check_external_options
 from ..fillscope.specs import shipped_config
 from ..fillscope.speed import KLEIN_STEP_CACHES
 from . import common as c
+from . import native_klein, native_model
 from .base import FillScopeNode
+from .native_vae import KLEIN_VAE_TOOLTIP, as_fillscope_vae, vae_input
 
 CATEGORY = c.CATEGORY + "/flux2 klein"
 TABLE = "klein"
@@ -56,7 +59,7 @@ class KleinInpaintCondition(FillScopeNode):
                 "('put this object there') follows at time offset 20."
             ),
             inputs=[
-                c.Vae.Input("vae", tooltip="The FLUX.2 VAE (Load VAE, kind flux2)."),
+                vae_input(c.Vae.Input("vae", tooltip=KLEIN_VAE_TOOLTIP)),
                 *c.mask_inputs(),
                 io.Combo.Input(
                     "token_mask", options=list(TOKEN_MASKS), default="cover",
@@ -72,6 +75,7 @@ class KleinInpaintCondition(FillScopeNode):
 
     @classmethod
     def prepare(cls, rec, vae, token_mask, reference=None, **mask_options):
+        vae = as_fillscope_vae(vae, "flux2")  # ComfyUI's VAE: checked to be FLUX.2's before anything runs
         prepared = c.prepare_masked_input(rec, **mask_options)
         downscale = diffusers_downscale_note(prepared)
         if downscale:
@@ -106,7 +110,7 @@ class KleinEditCondition(FillScopeNode):
                 "diffusers' Flux2KleinPipeline does."
             ),
             inputs=[
-                c.Vae.Input("vae", tooltip="The FLUX.2 VAE (Load VAE, kind flux2)."),
+                vae_input(c.Vae.Input("vae", tooltip=KLEIN_VAE_TOOLTIP)),
                 io.Image.Input("image", tooltip="The image to edit (the first reference); centre-cropped to multiples of 16 px."),
                 io.Int.Input("width", default=0, min=0, max=8192, step=16,
                              tooltip="Output width in px, a multiple of 16; 0 = the first image's width."),
@@ -120,6 +124,7 @@ class KleinEditCondition(FillScopeNode):
 
     @classmethod
     def prepare(cls, rec, vae, image, width, height, image_2=None, image_3=None):
+        vae = as_fillscope_vae(vae, "flux2")  # ComfyUI's VAE: checked to be FLUX.2's before anything runs
         for name, value in (("width", width), ("height", height)):
             if value % 16:
                 raise FillScopeInputError(name, f"is {value}, not a multiple of 16 px (one klein token).",
@@ -179,7 +184,11 @@ class KleinSampler(FillScopeNode):
                 "every step. Distilled models: one call a step; base models with guidance > 1: CFG against negative."
             ),
             inputs=[
-                c.KleinModel.Input("transformer"),
+                c.KleinModel.Input("transformer", optional=True,
+                                   tooltip="FillScope's klein transformer; or wire model instead (one of the two)."),
+                io.Model.Input("model", optional=True,
+                               tooltip="ComfyUI's own FLUX.2 [klein] MODEL (UNETLoader of a ComfyUI that detects klein; "
+                                       "native LoRAs and patches apply) in place of transformer (one of the two)."),
                 c.KleinText.Input("positive"),
                 c.KleinCondition.Input("condition", tooltip="Klein Inpaint Condition or Klein Edit Condition."),
                 io.Int.Input("seed", default=0, min=c.bounds.SEED.min, max=c.bounds.SEED.max,
@@ -208,18 +217,39 @@ class KleinSampler(FillScopeNode):
         )
 
     @classmethod
-    def prepare(cls, rec, transformer, positive, condition, steps, guidance, model_type, negative=None, soft_mask=None,
-                **rest):
-        """Everything that needs no weights, before the transformer is placed: the model type, the text widths,
-        CFG's negative."""
-        chosen = model_type if model_type != "auto" else transformer.extras.get("model_type", "auto")
-        distilled, why = resolve_distilled(transformer, chosen)
-        if chosen != "auto":
-            why = f"the {'sampler' if model_type != 'auto' else 'loader'}'s {why}"
+    def prepare(cls, rec, positive, condition, steps, guidance, model_type, transformer=None, model=None, negative=None,
+                soft_mask=None, **rest):
+        """Everything that needs no weights, before the transformer (or the native MODEL) is placed: exactly one
+        denoiser, the model type, the text widths, CFG's negative."""
+        if (transformer is None) == (model is None):
+            raise FillScopeInputError("transformer", (
+                "is wired and so is 'model'" if model is not None else "is empty and so is 'model'")
+                + ": the sampler runs exactly one denoiser, FillScope's klein transformer or ComfyUI's MODEL.",
+                "wire FillScope's klein transformer to 'transformer' or ComfyUI's FLUX.2 [klein] MODEL to 'model', "
+                "not both.")
+        if model is not None:
+            check_external_options("model", rest.get("step_cache") or "off")  # before the MODEL is placed
+            rest["native"] = native_klein.check_klein_model(model, positive, condition, negative=negative)
+            # a ComfyUI MODEL does not say distilled or base (the same weights' shapes): the sampler's input does
+            if model_type == "auto":
+                distilled, why = True, ("default for ComfyUI's MODEL (it does not say distilled or base; set "
+                                        "model_type to base for klein base)")
+            else:
+                distilled, why = resolve_distilled(None, model_type)
+                why = f"the sampler's {why}"
+            cfg = rest["native"]
+            rec.fact("denoiser", f"ComfyUI's MODEL ({type(model.model).__name__}): {cfg['num_attention_heads']} heads x "
+                                 f"{cfg['attention_head_dim']}, {cfg['num_layers']} double + {cfg['num_single_layers']} "
+                                 f"single blocks, text {cfg['joint_attention_dim']}")
+        else:
+            chosen = model_type if model_type != "auto" else transformer.extras.get("model_type", "auto")
+            distilled, why = resolve_distilled(transformer, chosen)
+            if chosen != "auto":
+                why = f"the {'sampler' if model_type != 'auto' else 'loader'}'s {why}"
+            for name, text in (("positive", positive), ("negative", negative)):
+                if text is not None:
+                    check_text_width(name, text, transformer)
         rec.fact("model type", f"{'distilled' if distilled else 'base'}, from {why}")
-        for name, text in (("positive", positive), ("negative", negative)):
-            if text is not None:
-                check_text_width(name, text, transformer)
         if distilled:
             rec.fact("guidance", "ignored (distilled: no CFG)")
             if negative is not None:
@@ -235,16 +265,27 @@ class KleinSampler(FillScopeNode):
         elif steps < 20:
             rec.note(f"base klein is meant for about 50 steps ({steps} set)")
         c.check_soft_mask(rec, soft_mask, condition, soft_mask_latent)
-        return {"transformer": transformer, "positive": positive, "condition": condition, "steps": steps,
-                "guidance": guidance, "negative": negative, "distilled": distilled, "soft_mask": soft_mask, **rest}
+        return {"transformer": transformer, "model": model, "positive": positive, "condition": condition,
+                "steps": steps, "guidance": guidance, "negative": negative, "distilled": distilled,
+                "soft_mask": soft_mask, **rest}
 
     @classmethod
-    def run(cls, rec, transformer, positive, condition, steps, guidance, negative, distilled, seed, strength,
-            soft_mask=None, step_cache="off", cache_threshold=None):
-        out = sample_klein(transformer, positive, condition, steps=steps, guidance=guidance, distilled=distilled,
-                           negative=negative, strength=strength, seed=seed, callback=c.progress_callback(steps),
-                           observe=rec.observe, soft_mask=soft_mask, step_cache=step_cache or "off",
-                           cache_threshold=cache_threshold)
+    def run(cls, rec, positive, condition, steps, guidance, negative, distilled, seed, strength, transformer=None,
+            model=None, native=None, soft_mask=None, step_cache="off", cache_threshold=None):
+        def sample(denoiser):
+            return sample_klein(denoiser, positive, condition, steps=steps, guidance=guidance, distilled=distilled,
+                                negative=negative, strength=strength, seed=seed, callback=c.progress_callback(steps),
+                                observe=rec.observe, soft_mask=soft_mask, step_cache=step_cache or "off",
+                                cache_threshold=cache_threshold)
+
+        if model is None:
+            out = sample(transformer)
+        else:  # a native MODEL: placed for this run only
+            b, width, refs = condition.references.shape
+            # ComfyUI's memory estimate is by area, the ref_latents' areas added to the latent's (estimate_memory):
+            # the image's tokens plus the references' as one [B,C,N+Nref,1] shape
+            area = (b, width, condition.tokens + refs, 1)
+            out = native_model.run_native(model, area, lambda run: sample(native_klein.klein_denoiser(run, native)))
         c.record_sampler_result(rec, out, transformer)
         return out, to_comfy_latent(out)
 

@@ -7,7 +7,9 @@ record is complete only when those nodes have run.
 - to the canvas: the websocket event `fillscope.live` {node, prompt_id, output} (web/fillscope.js shows it on that
   node's face as it shows an `executed` ui);
 - to API clients: `GET /fillscope/live?prompt_id=ID` answers {node id: output} for that prompt (the newest
-  MAX_PROMPTS prompts are kept), as /history answers for the nodes' own ui.
+  MAX_PROMPTS prompts are kept), as /history answers for the nodes' own ui;
+- to the Shapes Report (nodes/inspect.py): `records_of(prompt id)`, the records delivered so far in the prompt it
+  runs in (its `after` input orders it after the sampler / decoder that completes them).
 
 The prompt a call belongs to is read when the call is made (PromptServer.last_prompt_id), not when the Inspect node
 ran: ComfyUI reuses a cached Inspect node's output in later prompts."""
@@ -53,6 +55,7 @@ def publish(node_id: str, record: dict, trail: list | None = None) -> dict:
 
 
 def records_of(prompt_id: str) -> dict:
+    """{node id: output} of the records delivered for `prompt_id` so far, in the order of their first delivery."""
     with _lock:
         return dict(_records.get(prompt_id, {}))
 

@@ -99,6 +99,10 @@ class NativeRun:
                               copy_dict1=False)
         self.call_id = uuid.uuid4()
 
+    def set_sigmas(self, sigmas) -> None:
+        """The run's schedule, as ComfyUI's samplers put it in transformer_options for the model's wrappers."""
+        self.transformer_options["sample_sigmas"] = sigmas
+
     def apply(self, x, sigma, cond_or_uncond=(0,), **kwargs):
         """The model's apply_model(x, sigma, **kwargs) -> denoised, as calc_cond_batch calls it: prepare_state(sigma),
         transformer_options with cond_or_uncond (0 cond, 1 uncond per batch chunk), uuids and sigmas, and the
@@ -125,11 +129,11 @@ def run_native(patcher, latent_shape, sample):
     import comfy.model_management as mm
     import comfy.patcher_extension as pe
 
-    need = patcher.model.memory_required(list(latent_shape))
-    mm.load_models_gpu([patcher], memory_required=need, minimum_memory_required=need)
     run = NativeRun(patcher)
 
-    def outer_sample(*_args, **_kwargs):
+    def outer_sample(*_args, **_kwargs):  # loads inside the wrappers, as CFGGuider.outer_sample does
+        need = patcher.model.memory_required(list(latent_shape))
+        mm.load_models_gpu([patcher], memory_required=need, minimum_memory_required=need)
         patcher.pre_run()
         try:
             return sample(run)
@@ -160,4 +164,4 @@ def flux_fill_denoiser(run: NativeRun, config: dict, name: str = "model") -> Ext
         return pack_latents(velocity).to(tokens.dtype)
 
     return ExternalDenoiser(call=call, config=config, device=run.model_patcher.load_device, dtype=torch.float32,
-                            input_name=name)
+                            input_name=name, schedule=run.set_sigmas)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from comfy_api.latest import io
 
 from ..fillscope.decode import to_comfy_latent
+from ..fillscope.errors import FillScopeInputError
 from ..fillscope.pipelines.sd3_controlnet import (
     build_inpaint_condition,
     check_image_size,
@@ -14,6 +15,7 @@ from ..fillscope.pipelines.sd3_controlnet import (
 )
 from ..fillscope.specs import sd3_side_limit
 from . import common as c
+from . import native_model, native_sd3
 from .base import FillScopeNode
 from .native_vae import VAE_TOOLTIP, as_fillscope_vae, vae_input
 
@@ -65,7 +67,12 @@ class SD3ControlNetInpaintSampler(FillScopeNode):
                 "17-channel condition into 23 residuals added to the MMDiT's blocks."
             ),
             inputs=[
-                c.SD3Model.Input("transformer"),
+                c.SD3Model.Input("transformer", optional=True,
+                                 tooltip="FillScope's SD3 transformer; or wire model instead (one of the two)."),
+                io.Model.Input("model", optional=True,
+                               tooltip="ComfyUI's own SD3 / SD3.5 MODEL (CheckpointLoaderSimple or UNETLoader; native "
+                                       "LoRAs and patches apply) in place of transformer (one of the two). FillScope's "
+                                       "ControlNet, schedule (the shift input) and CFG stay."),
                 c.SD3ControlNet.Input("controlnet"),
                 c.SD3Text.Input("positive"),
                 c.SD3Text.Input("negative", tooltip="The negative prompt's SD3 text condition (an empty prompt is fine)."),
@@ -98,17 +105,40 @@ class SD3ControlNetInpaintSampler(FillScopeNode):
         )
 
     @classmethod
-    def prepare(cls, rec, transformer, positive, negative, cfg, condition, soft_mask=None, **rest):
-        """Before the models are placed: the texts' widths against the transformer, the soft mask."""
-        check_text(transformer, positive, negative, cfg)
+    def prepare(cls, rec, positive, negative, cfg, condition, transformer=None, model=None, soft_mask=None, **rest):
+        """Before the models are placed: exactly one denoiser; the texts' widths against it (a native MODEL: its
+        family, widths and position-embedding grid against the condition and the ControlNet too); the soft mask."""
+        if (transformer is None) == (model is None):
+            raise FillScopeInputError("transformer", (
+                "is wired and so is 'model'" if model is not None else "is empty and so is 'model'")
+                + ": the sampler runs exactly one denoiser, FillScope's transformer or ComfyUI's MODEL.",
+                "wire FillScope's SD3 transformer to 'transformer' or ComfyUI's MODEL to 'model', not both.")
+        if model is not None:
+            rest["native"] = native_sd3.check_sd3_model(model, positive, condition, negative=negative, cfg=cfg,
+                                                        controlnet=rest.get("controlnet"))
+            model_shift = getattr(model.model.model_sampling, "shift", None)
+            if model_shift is not None and rest.get("shift") is not None and float(model_shift) != rest["shift"]:
+                rec.note(f"shift {rest['shift']} (this input) sets the schedule; the MODEL's own shift {model_shift} "
+                         "(ModelSamplingSD3) is ComfyUI's samplers' and is not used")
+        else:
+            check_text(transformer, positive, negative, cfg)
         c.check_soft_mask(rec, soft_mask, condition, soft_mask_latent)
-        return {"transformer": transformer, "positive": positive, "negative": negative, "cfg": cfg,
+        return {"transformer": transformer, "model": model, "positive": positive, "negative": negative, "cfg": cfg,
                 "condition": condition, "soft_mask": soft_mask, **rest}
 
     @classmethod
-    def run(cls, rec, transformer, controlnet, positive, negative, condition, steps, **options):
-        out = sample_sd3_controlnet_inpaint(transformer, controlnet, positive, negative, condition, steps=steps,
-                                            callback=c.progress_callback(steps), observe=rec.observe, **options)
+    def run(cls, rec, controlnet, positive, negative, condition, steps, transformer=None, model=None, native=None,
+            **options):
+        def sample(denoiser):
+            return sample_sd3_controlnet_inpaint(denoiser, controlnet, positive, negative, condition, steps=steps,
+                                                 callback=c.progress_callback(steps), observe=rec.observe, **options)
+
+        if model is None:
+            out = sample(transformer)
+        else:  # a native MODEL: placed for this run only; one step's batch is 2B under CFG (negative ++ positive)
+            b, channels = condition.control.shape[0], condition.latent_channels
+            shape = (b * (2 if options["cfg"] > 1.0 else 1), channels, *condition.control.shape[-2:])
+            out = native_model.run_native(model, shape, lambda run: sample(native_sd3.sd3_denoiser(run, native)))
         c.record_sampler_result(rec, out, transformer)
         return out, to_comfy_latent(out)
 

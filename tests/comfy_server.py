@@ -359,7 +359,7 @@ class ServerWithTestNodes(ComfyServer):
 
 
 @contextlib.contextmanager
-def test_nodes_server(prepare=None):
+def server_with_test_nodes(prepare=None):
     """A started ServerWithTestNodes for one test module, `prepare(server)` run first (models, inputs), cleaned up
     afterwards; skipped where ComfyUI is not installed (a failure under CI, tests/conftest.py)."""
     import pytest

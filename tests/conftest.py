@@ -224,6 +224,15 @@ def serve_tiny_models(comfy_server, comfy_models_dir):
             {k: v for k, v in klein["vae"].state_dict().items() if not k.endswith("num_batches_tracked")},
             {"flux2_vae": {"norm_num_groups": KLEIN_VAE["norm_num_groups"]}})
 
+    # the native_flux_fill_mixed template's LoRA (api_workflows/graphs.py NATIVE_LORA): a tiny kohya LoRA of the tiny
+    # FLUX Fill transformer under the template's file name
+    import native_templates
+    from safetensors.torch import save_file
+
+    lora = models / native_templates.LORA[0] / native_templates.LORA[1]
+    lora.parent.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.contiguous() for k, v in native_templates.kohya_lora().items()}, str(lora))
+
     rng = np.random.default_rng(0)
     rgba = rng.integers(0, 256, size=(96, 128, 4), dtype=np.uint8)
     rgba[..., 3] = 255

@@ -165,7 +165,7 @@ MISSING_JS = """() => [...document.querySelectorAll('.p-dialog .comfy-missing-mo
 })"""
 
 
-@pytest.mark.parametrize("name", ["flux_fill_inpaint", "klein_inpaint"])
+@pytest.mark.parametrize("name", ["flux_fill_inpaint", "klein_inpaint", "native_flux_fill_mixed", "native_sd3_inspect"])
 def test_a_real_weight_template_lists_its_missing_files_on_a_server_without_them(bare_page, name):
     """The template, loaded from its card on a server whose model folders lack its files, opens frontend 1.32.9's
     Missing Models dialog (setting Comfy.Workflow.ShowMissingModelsWarning, on by default): app.loadGraphData collects

@@ -32,8 +32,8 @@ EXPECTED_NODES = {
     "FillScopeCLIPGEncode": ["clip_g", "text"],
     "FillScopeSD3TextCondition": ["clip_l_embeds", "clip_g_embeds", "t5_embeds"],
     "FillScopeSD3InpaintCondition": ["vae", "image", "mask", "invert_mask", "threshold", "grow", "feather", "size_mode"],
-    "FillScopeSD3ControlNetInpaintSampler": [
-        "transformer", "controlnet", "positive", "negative", "condition", "seed", "steps", "cfg", "control_scale",
+    "FillScopeSD3ControlNetInpaintSampler": [  # transformer or model: optional, exactly one wired
+        "controlnet", "positive", "negative", "condition", "seed", "steps", "cfg", "control_scale",
         "control_start", "control_end", "shift", "denoise", "residual_mapping",
     ],
     "FillScopeCLIPLEncode": ["clip_l", "text"],
@@ -44,7 +44,7 @@ EXPECTED_NODES = {
     "FillScopeVAEDecode": ["vae"],
     "FillScopePasteBack": ["generated", "latent"],
     "FillScopeSyntheticImageMask": ["width", "height", "mask_fraction"],
-    "FillScopeShapesReport": ["shapes", "filename_prefix"],
+    "FillScopeShapesReport": ["filename_prefix"],  # shapes optional: Inspect records alone make a report
 }
 
 CONTRACT_1024 = json.loads((Path(__file__).parent / "data" / "seed_shapes.json").read_text())["flux_fill_1024"]  # the seeds' shapes

@@ -27,7 +27,7 @@ from comfy_server import (
     ServerWithTestNodes,
     comfyui_installed,
     comfyui_path,
-    test_nodes_server,
+    server_with_test_nodes,
 )
 from safetensors.torch import load_file
 
@@ -43,7 +43,7 @@ SEEDS = itertools.count(1000)
 
 @pytest.fixture(scope="module")
 def server():
-    with test_nodes_server() as server:
+    with server_with_test_nodes() as server:
         yield server
 
 

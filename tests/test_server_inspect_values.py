@@ -24,7 +24,7 @@ import urllib.parse
 import numpy as np
 import pytest
 import torch
-from comfy_server import test_nodes_server
+from comfy_server import server_with_test_nodes
 from PIL import Image
 from safetensors import safe_open
 from tiny_flux import build_tiny_flux_fill_folder
@@ -49,7 +49,7 @@ def server():
         rgba[24:72, 32:96, 3] = 0  # transparent = the mask (LoadImage: mask = 1 - alpha)
         Image.fromarray(rgba, "RGBA").save(server.input_dir / IMAGE)
 
-    with test_nodes_server(prepare) as server:
+    with server_with_test_nodes(prepare) as server:
         yield server
 
 

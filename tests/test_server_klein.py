@@ -28,8 +28,8 @@ KLEIN_NODES = {
     "FillScopeKleinInpaintCondition": ["vae", "image", "mask", "invert_mask", "threshold", "grow", "feather",
                                        "size_mode", "token_mask"],
     "FillScopeKleinEditCondition": ["vae", "image", "width", "height"],
-    "FillScopeKleinSampler": ["transformer", "positive", "condition", "seed", "steps", "guidance", "strength",
-                              "model_type"],
+    "FillScopeKleinSampler": ["positive", "condition", "seed", "steps", "guidance", "strength",
+                              "model_type"],  # transformer or model: optional, exactly one wired
 }
 FILES = {"FillScopeLoadQwen3": "text_encoders/qwen_3_4b.safetensors",
          "FillScopeLoadKleinTransformer": "diffusion_models/flux-2-klein-4b.safetensors",
@@ -101,8 +101,8 @@ def test_object_info_lists_the_klein_nodes_and_files(server):
     for name, inputs in KLEIN_NODES.items():
         assert info[name]["input_order"]["required"] == inputs, name
         assert info[name]["category"].startswith("FillScope")
-    assert info["FillScopeKleinSampler"]["input_order"]["optional"] == ["negative", "soft_mask", "step_cache",
-                                                                         "cache_threshold"]
+    assert info["FillScopeKleinSampler"]["input_order"]["optional"] == [
+        "transformer", "model", "negative", "soft_mask", "step_cache", "cache_threshold"]
     assert info["FillScopeKleinInpaintCondition"]["input_order"]["optional"] == ["masked_fill", "reference"]
     assert info["FillScopeKleinSampler"]["output"] == ["FS_LATENT", "STRING", "LATENT"]
     assert info["FillScopeQwen3Encode"]["output"] == ["FS_KLEIN_TEXT", "STRING"]

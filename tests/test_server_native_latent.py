@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from comfy_server import test_nodes_server
+from comfy_server import server_with_test_nodes
 from safetensors import safe_open
 from workflow_helpers import api_node
 
@@ -39,7 +39,7 @@ def server():
         server.input_dir.mkdir(parents=True, exist_ok=True)
         serve_tiny_models(server, server.models_dir)
 
-    with test_nodes_server(prepare) as server:
+    with server_with_test_nodes(prepare) as server:
         yield server
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from comfy_server import ComfyExecutionError, test_nodes_server
+from comfy_server import ComfyExecutionError, server_with_test_nodes
 from safetensors.torch import load_file, save_file
 
 pytestmark = pytest.mark.server
@@ -54,7 +54,7 @@ def server():
         (server.models_dir / "loras").mkdir(parents=True, exist_ok=True)
         save_file({k: v.contiguous() for k, v in kohya_lora().items()}, str(server.models_dir / "loras" / LORA))
 
-    with test_nodes_server(prepare) as server:
+    with server_with_test_nodes(prepare) as server:
         yield server
 
 

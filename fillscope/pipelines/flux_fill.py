@@ -41,6 +41,7 @@ from ..sampling import (
     ExternalDenoiser,
     blend_with_source,
     check_external_options,
+    tell_schedule,
     check_finite_settings,
     check_steps_and_denoise,
     describe_soft_mask,
@@ -299,6 +300,7 @@ def sample_flux_fill(
     observe("txt_ids", txt_ids)
     observe("img_ids", img_ids)
     on_device = sigmas.to(device)  # once: no host<->device copy per step
+    tell_schedule(transformer, on_device)
     with (torch.inference_mode(), context_parallel(model, parallel),  # parallel 1: the model as it is
           speed.step_cache(model, step_cache, run_steps, cache_threshold) as cache):  # off: None, nothing on
         for i in range(run_steps):

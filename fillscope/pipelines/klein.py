@@ -41,10 +41,10 @@ from ..errors import FillScopeInputError
 from ..masks import PreparedInput, check_reference_batches, prepare_reference, require_grid
 from ..observe import observer_or_noop, stage
 from ..parallel.context import check_parallel, context_parallel, rank_shapes
-from ..sampling import (blend_with_source, check_finite_settings, check_steps_and_denoise, describe_soft_mask,
-                        differential_mask, differential_range, euler_step, flux_sigma_min, flux_sigmas, initial_noise,
-                        require_finite_first_step, require_finite_result, require_noise_shape, soft_mask_to_latent,
-                        truncate_for_denoise)
+from ..sampling import (ExternalDenoiser, blend_with_source, check_external_options, check_finite_settings,
+                        check_steps_and_denoise, describe_soft_mask, differential_mask, differential_range, euler_step,
+                        flux_sigma_min, flux_sigmas, initial_noise, require_finite_first_step, require_finite_result,
+                        require_noise_shape, soft_mask_to_latent, tell_schedule, truncate_for_denoise)
 from ..specs import MIN_SIDE, shipped_config
 from ..weights import Component, load_component
 
@@ -323,25 +323,11 @@ def soft_mask_latent(cond: KleinCondition, soft_mask):
                                cond.latent_width)
 
 
-def sample_klein(
-    transformer: Component,
-    text: KleinText,
-    cond: KleinCondition,
-    *,
-    steps: int = DISTILLED_STEPS,
-    guidance: float = BASE_GUIDANCE,
-    distilled: bool = True,
-    negative: KleinText | None = None,
-    strength: float = 1.0,
-    seed: int = 0,
-    callback=None,
-    noise=None,
-    observe=None,
-    soft_mask=None,
-    parallel: int = 1,
-    step_cache: str = "off",
-    cache_threshold: float | None = None,
-) -> SampledLatent:
+def sample_klein(transformer: Component | ExternalDenoiser, text: KleinText, cond: KleinCondition, *,
+                 steps: int = DISTILLED_STEPS, guidance: float = BASE_GUIDANCE, distilled: bool = True,
+                 negative: KleinText | None = None, strength: float = 1.0, seed: int = 0, callback=None, noise=None,
+                 observe=None, soft_mask=None, parallel: int = 1, step_cache: str = "off",
+                 cache_threshold: float | None = None) -> SampledLatent:
     """Step 3. Flow-matching Euler. Distilled models: one transformer call a step, guidance ignored. Base models
     with guidance > 1: classifier-free guidance against `negative` (the encoded "" unless given). `strength` < 1
     starts from the source noised to the first kept sigma (inpaint only). `noise` overrides the seeded [B,C,h,w] draw
@@ -356,7 +342,16 @@ def sample_klein(
     Ulysses context parallelism (fillscope.parallel); every rank returns the same latents. 1: one process.
 
     `step_cache` / `cache_threshold`: as sample_flux_fill (the positive and negative calls keep separate cache
-    states, as diffusers' pipelines do)."""
+    states, as diffusers' pipelines do).
+
+    `transformer` may be an ExternalDenoiser (sampling.py; ComfyUI's own Flux2 MODEL: nodes/native_klein.py): no step
+    cache, parallel 1, everything else as above; where the transformer is called (once a step, twice with CFG) the
+    engine calls `call(tokens, t, guidance, text, grid, references, reference_ids, part)` -> velocity [B,N,C], the
+    image tokens' only: tokens [B,N,C] the noisy image tokens alone (pack_tokens order; C = in_channels, 128
+    published), t [B] the sigma in [0, 1] (the transformer's timestep), guidance [B] when its config has
+    guidance_embeds else None (klein has none), text [B,L,D] the pass's Qwen3 states (positive, or the negative for
+    CFG's uncond pass), grid (h, w) with N = h * w, references [B,Nref,C] and reference_ids [B,Nref,4] (t, row, col, 0;
+    t = 10, 20, ... per reference) as the condition holds them, part "cond" or "uncond"."""
     import torch
 
     speed.check_step_cache(step_cache, cache_threshold)
@@ -369,7 +364,10 @@ def sample_klein(
     if cond.is_edit and strength != 1.0:
         raise FillScopeInputError("strength", "the mask-free edit starts from noise (the image is a reference, not a "
                                   "start point).", "set strength to 1, or use the inpaint condition with a mask.")
-    model = transformer.model
+    external = isinstance(transformer, ExternalDenoiser)
+    if external:
+        check_external_options(transformer.input_name, step_cache, parallel)
+    model = None if external else transformer.model
     cfg = transformer.config
     width = text.embeds.shape[-1]
     if cfg.get("joint_attention_dim") != width:
@@ -385,7 +383,7 @@ def sample_klein(
     if use_cfg and negative is None:
         raise FillScopeInputError("negative", "a base model with guidance > 1 needs the negative prompt's encoding.",
                                   "encode the negative prompt (\"\" as diffusers does) and connect it.")
-    device, dtype = transformer.device, model.dtype
+    device, dtype = transformer.device, (transformer.dtype if external else model.dtype)
     b = cond.references.shape[0]
     h, w, n_tokens = cond.latent_height, cond.latent_width, cond.tokens
     for name, t in (("text", text), ("negative", negative)):
@@ -409,6 +407,7 @@ def sample_klein(
     require_noise_shape(noise, shape)
     noise_tokens = pack_tokens(noise.to(device=device, dtype=dtype))  # [B,N,128]
     on_device = sigmas.to(device)
+    tell_schedule(transformer, on_device)
     if cond.is_edit:
         x = noise_tokens
         source = mask = None
@@ -429,6 +428,16 @@ def sample_klein(
     if use_cfg:
         neg = negative.embeds.to(device=device, dtype=dtype).expand(b, -1, -1)
         neg_ids = negative.text_ids.to(device).expand(b, -1, -1)
+    embedded = torch.full([b], guidance, device=device, dtype=torch.float32) if cfg.get("guidance_embeds") else None
+
+    def denoise(x, model_input, timestep, states, ids, part):  # one pass -> (velocity [B,N,128], the whole output)
+        if external:  # the image tokens' velocity only
+            v = transformer.call(x, timestep, embedded, states, (h, w), references, cond.reference_ids.to(device), part)
+            return v, v
+        with speed.cache_context(model, cache, part):
+            out = model(hidden_states=model_input, timestep=timestep, guidance=None, encoder_hidden_states=states,
+                        txt_ids=ids, img_ids=img_ids, return_dict=False)[0]  # [B,N+Nref,128]
+        return out[:, :n_tokens], out  # the reference tokens' outputs are not used
 
     observe("initial_noise", noise)
     observe("noisy_latents.packed", x)
@@ -438,16 +447,10 @@ def sample_klein(
           speed.step_cache(model, step_cache, run_steps, cache_threshold) as cache):  # off: None, nothing on
         for i in range(run_steps):
             timestep = (on_device[i] * 1000.0).expand(b).to(x.dtype) / 1000
-            model_input = torch.cat([x, references], dim=1).to(dtype)  # [B,N+Nref,128]
-            with speed.cache_context(model, cache, "cond"):
-                out = model(hidden_states=model_input, timestep=timestep, guidance=None, encoder_hidden_states=prompt,
-                            txt_ids=txt_ids, img_ids=img_ids, return_dict=False)[0]  # [B,N+Nref,128]
-            velocity = out[:, :n_tokens]  # [B,N,128]: the reference tokens' outputs are not used
+            model_input = torch.cat([x, references], dim=1).to(dtype) if not external or i == 0 else None  # N+Nref
+            velocity, out = denoise(x, model_input, timestep, prompt, txt_ids, "cond")
             if use_cfg:
-                with speed.cache_context(model, cache, "uncond"):
-                    uncond = model(hidden_states=model_input, timestep=timestep, guidance=None,
-                                   encoder_hidden_states=neg, txt_ids=neg_ids, img_ids=img_ids,
-                                   return_dict=False)[0][:, :n_tokens]
+                uncond, _ = denoise(x, model_input, timestep, neg, neg_ids, "uncond")
                 velocity = uncond + guidance * (velocity - uncond)
             if i == 0:
                 observe("transformer.input", model_input)
@@ -456,7 +459,7 @@ def sample_klein(
                 require_finite_first_step("transformer", velocity, (
                     ("text", [prompt], "the Qwen3 text encoder"),
                     ("condition", references, "the FLUX.2 VAE (reference latents)"),
-                ), component=transformer)
+                ), component=None if external else transformer)
             x = euler_step(x, velocity, on_device[i], on_device[i + 1])
             if soft is not None:
                 free = differential_mask(soft_tokens, step_sigmas[i], sigma_first, sigma_end)

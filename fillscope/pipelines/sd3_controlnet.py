@@ -39,7 +39,9 @@ from ..masks import PreparedInput, require_grid
 from ..observe import observer_or_noop, stage
 from ..parallel.cfg import check_cfg_parallel, gather_guidance_pair, rank_pass
 from ..sampling import (
+    ExternalDenoiser,
     blend_with_source,
+    check_external_options,
     check_finite_settings,
     check_steps_and_denoise,
     describe_soft_mask,
@@ -52,6 +54,7 @@ from ..sampling import (
     starting_point,
     static_shift_sigma_min,
     static_shift_sigmas,
+    tell_schedule,
 )
 from ..specs import (MIN_SIDE, SideLimit, model_config, pos_embed_side_limit, scheduler_config, sd3_side_limit,
                      shipped_variant)
@@ -196,23 +199,55 @@ def _one_to_one_hooks(transformer, residuals):
     return handles
 
 
-def check_side_limits(transformer: Component, controlnet: Component, cond: InpaintCondition) -> None:
+def block_residuals(residuals: list, num_layers: int, residual_mapping: str = "one_to_one") -> list:
+    """Entry i (of `num_layers`): the residual added to the image tokens after MMDiT block i, or None, as FillScope's
+    own transformer adds them, for a denoiser that takes per-block additions (ComfyUI's MMDiT: control={"output": ...}).
+    "one_to_one": residual i after block i for i < len(residuals) (`_one_to_one_hooks`). "diffusers": the rule of
+    diffusers' SD3Transformer2DModel, float for float: block i <- residuals[int(i / (num_layers / len(residuals)))],
+    none on the last (context_pre_only) block (24 blocks, 23 residuals: 0<-0, 1<-0, 2<-1, ..., 22<-21, 23<-none)."""
+    if not residuals:
+        return [None] * num_layers
+    if residual_mapping == "one_to_one":
+        return [residuals[i] if i < len(residuals) else None for i in range(num_layers)]
+    interval = num_layers / len(residuals)
+    return [None if i == num_layers - 1 else residuals[int(i / interval)] for i in range(num_layers)]
+
+
+def check_controlnet_width(transformer_config, controlnet: Component, input_name: str = "transformer") -> None:
+    """The ControlNet's residuals are added to the transformer's image tokens: both have one token width (heads x
+    head dim; published SD3 medium: 24 x 64), checked before anything is placed or sampled."""
+    cn = model_config(controlnet)
+    want = (transformer_config.get("num_attention_heads") or 0) * (transformer_config.get("attention_head_dim") or 0)
+    heads, dim = cn.get("num_attention_heads") or 0, cn.get("attention_head_dim") or 0
+    have = heads * dim
+    if want and have and want != have:
+        raise FillScopeInputError("controlnet", f"gives residuals of width {have} ({heads} heads x {dim}), but the "
+                                  f"{input_name} input's MMDiT has width {want}: they are added to its image tokens.",
+                                  "load the inpainting ControlNet made for this SD3 model, or the SD3 model it was "
+                                  f"made for into '{input_name}'.")
+
+
+def check_side_limits(transformer: Component | ExternalDenoiser, controlnet: Component,
+                      cond: InpaintCondition) -> None:
     """The loaded transformer's and ControlNet's own position-embedding grids (a variant or a file may differ from
     the shipped default the condition node checked), before any sampling work."""
     if cond.vae is not None:
         scale = vae_ops.latent_format(cond.vae).downscale  # the condition's VAE's downscale (8 published)
     else:  # a condition built without its VAE: the downscale its own grids show
         scale = max(1, cond.prepared.geometry.grid_height // max(1, cond.control.shape[-2]))
-    for name, comp, title in (("transformer", transformer, "this transformer"),
+    external = isinstance(transformer, ExternalDenoiser)
+    for name, comp, title in (("transformer", transformer,
+                               f"the {transformer.input_name} input's MODEL" if external else "this transformer"),
                               ("controlnet", controlnet, "this ControlNet")):
-        variant = shipped_variant("sd3_controlnet" if name == "controlnet" else "sd3_transformer", comp.model.config)
+        config = model_config(comp)  # an ExternalDenoiser: its config in diffusers' names
+        variant = shipped_variant("sd3_controlnet" if name == "controlnet" else "sd3_transformer", config)
         model = variant or "the loaded weights"
-        limit = pos_embed_side_limit(comp.model.config, model, scale)
+        limit = pos_embed_side_limit(config, model, scale)
         if limit is not None:
             refuse_over_side_limit("condition", cond.prepared.geometry, limit, f"{title}'s position-embedding grid")
 
 
-def check_widths(transformer: Component, controlnet: Component, cond: InpaintCondition) -> None:
+def check_widths(transformer: Component | ExternalDenoiser, controlnet: Component, cond: InpaintCondition) -> None:
     """The loaded models' widths against each other and the condition's VAE, before anything is placed or sampled:
     the transformer's in_channels and out_channels and the ControlNet's in_channels = the VAE's latent channels C;
     the ControlNet's in_channels + extra_conditioning_channels = the condition's C + 1 (latents ++ keep mask); the
@@ -222,6 +257,7 @@ def check_widths(transformer: Component, controlnet: Component, cond: InpaintCon
            "16 latent channels each; the ControlNet takes 16 + 1 = 17).")
     vae_ops.check_denoiser_widths(transformer, cond.vae, c, f"{c} latent channels", c, fix)
     t_cfg, cn_cfg = model_config(transformer), model_config(controlnet)
+    check_controlnet_width(t_cfg, controlnet, getattr(transformer, "input_name", "transformer"))
     cn_in, extra = cn_cfg.get("in_channels"), cn_cfg.get("extra_conditioning_channels", 0)
     if cn_in != c:
         raise FillScopeInputError("controlnet", f"takes in_channels {cn_in} but the transformer (in_channels "
@@ -291,7 +327,7 @@ def soft_mask_latent(cond: InpaintCondition, soft_mask):
 
 
 def sample_sd3_controlnet_inpaint(
-    transformer: Component,
+    transformer: Component | ExternalDenoiser,
     controlnet: Component,
     positive: SD3TextCondition,
     negative: SD3TextCondition | None,
@@ -323,7 +359,21 @@ def sample_sd3_controlnet_inpaint(
 
     `parallel` = 2: this call is one of the 2 ranks of a process group, each called with the same inputs; under CFG
     rank 0 runs the positive pass and rank 1 the negative one (ControlNet and MMDiT, [B] each), the velocities are
-    all-gathered and guided as here (fillscope.parallel.cfg); both ranks return the same latents. 1: one process."""
+    all-gathered and guided as here (fillscope.parallel.cfg); both ranks return the same latents. 1: one process.
+
+    `transformer` may be an ExternalDenoiser (sampling.py; ComfyUI's own SD3 MODEL, nodes/native_sd3.py): FillScope's
+    ControlNet still computes the residuals, and where the diffusers transformer would run the sampler calls
+
+        transformer.call(x, sigma, context, pooled, control, cond_or_uncond) -> velocity
+
+    x [n,C,h,w] the pass's latents in transformer.dtype (n = B, or 2B for a CFG batch, negative first), sigma [n] in
+    [0, 1] (diffusers' transformer gets timestep 1000 * sigma), context [n,L,D] and pooled [n,P] the pass's texts,
+    control the ControlNet's residuals per MMDiT block (`block_residuals`: num_layers entries [n, tokens, width] or
+    None, residual_mapping applied; None when the ControlNet is off this step), cond_or_uncond one entry per batch
+    chunk (0 positive, 1 negative: (1, 0) for a CFG batch); velocity [n,C,h,w]. `transformer.config`: its widths in
+    diffusers' names (in/out_channels, joint_attention_dim, pooled_projection_dim, num_layers, num_attention_heads,
+    attention_head_dim, patch_size, pos_embed_max_size) for the checks above. Everything else is as above; step
+    caches and parallel > 1 are refused (check_external_options)."""
     import torch
 
     observe = observer_or_noop(observe)
@@ -336,11 +386,14 @@ def sample_sd3_controlnet_inpaint(
     if residual_mapping not in RESIDUAL_MAPPINGS:
         raise FillScopeInputError("residual_mapping", f"unknown {residual_mapping!r}.", f"use one of {', '.join(RESIDUAL_MAPPINGS)}.")
     check_steps_and_denoise(steps, denoise)
+    external = isinstance(transformer, ExternalDenoiser)
+    if external:
+        check_external_options(transformer.input_name, "off", parallel)
     if parallel != 1:
         check_cfg_parallel(parallel)
     if not 0.0 <= control_start < control_end <= 1.0:
         raise FillScopeInputError("control_start", f"start {control_start} / end {control_end} leave no step.", "use 0 <= start < end <= 1.")
-    model, cnet = transformer.model, controlnet.model
+    model, cnet = (None if external else transformer.model), controlnet.model
     check_widths(transformer, controlnet, cond)
     use_cfg = cfg > 1.0
     if use_cfg and negative is None:
@@ -348,7 +401,7 @@ def sample_sd3_controlnet_inpaint(
     check_text(transformer, positive, negative, cfg)
     check_side_limits(transformer, controlnet, cond)
 
-    device, dtype = transformer.device, model.dtype
+    device, dtype = transformer.device, (transformer.dtype if external else model.dtype)
     b = cond.control.shape[0]
     for name, text in (("positive", positive), ("negative", negative if use_cfg else None)):
         if text is not None and text.context.shape[0] not in (1, b):
@@ -376,32 +429,45 @@ def sample_sd3_controlnet_inpaint(
         return t.to(device=device, dtype=dtype).expand(n, *t.shape[1:])
 
     # the denoiser passes of a step: (context, pooled, control, the ControlNet's pooled) each
-    passes = []
+    passes, pass_parts = [], []  # pass_parts: cond_or_uncond per pass (1 = negative, 0 = positive), as ComfyUI's
     own = rank_pass(parallel, use_cfg)  # CFG parallel: "positive" on rank 0, "negative" on rank 1; else None
     texts = [negative, positive] if use_cfg else [positive]
-    for group in text_batches(texts if own is None else [positive if own == "positive" else negative]):
+    kinds = [1, 0] if use_cfg else [0]  # ComfyUI's cond_or_uncond of each text: 1 the negative, 0 the positive
+    if own is not None:
+        texts, kinds = ([positive], [0]) if own == "positive" else ([negative], [1])
+    for group in text_batches(texts):  # the groups split `texts` in order
         context = torch.cat([batch(t.context, b) for t in group])  # [2B,333,4096] under CFG
         pooled = torch.cat([batch(t.pooled, b) for t in group])  # [2B,2048]
         control = torch.cat([cond.control] * len(group)).to(device=device, dtype=dtype)  # [2B,17,h,w]
         passes.append((context, pooled, control, torch.zeros_like(pooled)))  # the inpainting ControlNet: no pooled text
+        first = sum(len(parts) for parts in pass_parts)
+        pass_parts.append(tuple(kinds[first:first + len(group)]))
     observe("initial_noise", noise)
     observe("sampler.context", passes[-1][0])
     observe("sampler.pooled", passes[-1][1])
     observe("control_image", passes[-1][2])
 
     on_device = sigmas.to(device)  # once: no host<->device copy per step
+    tell_schedule(transformer, on_device)
     controlnet_steps = 0
 
-    def predict(x_in, t, scale, context, pooled, control, cnet_pooled):
+    def predict(x_in, t, scale, context, pooled, control, cnet_pooled, parts, sigma):
         """One denoiser pass: the ControlNet's residuals (none at scale 0), then the MMDiT with them added."""
         timestep = t.expand(x_in.shape[0])
         residuals = []
         if scale != 0.0:
             # (diffusers runs the ControlNet at scale 0 too and adds exact zeros: skipping it is the same sum)
+            cast = (lambda v: v.to(cnet.dtype)) if external else (lambda v: v)  # external: float32 latents
             residuals = cnet(
-                hidden_states=x_in, timestep=timestep, encoder_hidden_states=context,
-                pooled_projections=cnet_pooled, controlnet_cond=control, conditioning_scale=scale, return_dict=False,
+                hidden_states=cast(x_in), timestep=timestep, encoder_hidden_states=cast(context),
+                pooled_projections=cast(cnet_pooled), controlnet_cond=cast(control), conditioning_scale=scale,
+                return_dict=False,
             )[0]  # 23 x [2B, tokens, width]
+        if external:  # the same residual per block as below, applied by the external model
+            per_block = block_residuals(residuals, transformer.config["num_layers"], residual_mapping)
+            velocity = transformer.call(x_in, sigma.expand(x_in.shape[0]), context, pooled,
+                                        per_block if residuals else None, parts)
+            return velocity, residuals
         handles = _one_to_one_hooks(model, residuals) if residual_mapping == "one_to_one" else []
         try:
             velocity = model(
@@ -419,10 +485,11 @@ def sample_sd3_controlnet_inpaint(
             t = on_device[i] * 1000.0
             scale = control_scale * controlnet_keep(i, run_steps, control_start, control_end)
             outputs = []
-            for context, pooled, control, cnet_pooled in passes:
+            for (context, pooled, control, cnet_pooled), parts in zip(passes, pass_parts):
                 n = context.shape[0] // b
                 x_in = torch.cat([latents] * n) if n > 1 else latents  # [2B,16,h,w] in a CFG batch
-                velocity, residuals = predict(x_in, t, scale, context, pooled, control, cnet_pooled)
+                velocity, residuals = predict(x_in, t, scale, context, pooled, control, cnet_pooled, parts,
+                                              on_device[i])
                 outputs.append((x_in, velocity, residuals if i == 0 else bool(residuals)))
             velocity = outputs[0][1] if len(outputs) == 1 else torch.cat([o[1] for o in outputs])  # negative first
             if own is not None:
@@ -440,7 +507,7 @@ def sample_sd3_controlnet_inpaint(
                     ("condition", passes[-1][2], "the VAE (masked-image latents)"),
                     ("condition", x_in, "the VAE (source latents, denoise < 1)"),
                     ("controlnet", [r for o in outputs for r in o[2]], "the ControlNet"),
-                ), component=transformer)
+                ), component=None if external else transformer)
             if use_cfg:
                 uncond, text = velocity.chunk(2)
                 velocity = uncond + cfg * (text - uncond)

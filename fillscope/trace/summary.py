@@ -207,3 +207,93 @@ def format_rows(rows) -> str:
     if seed:
         lines.append(f"{sum(seed.values())}/{len(seed)} boundaries equal the seed trace's shapes")
     return "\n".join(lines)
+
+
+# ---- records of native models (the Inspect records a Shapes Report tables beside FillScope's boundaries) --------
+
+# The boundary of a native diffusion model as its Inspect record names the tensors, in the order of one model call:
+# (label, tensor name). A record asks for it by its "table" ("native_model"); its rows beyond these (control
+# residuals, a later call's own shapes marked "(call n)", list arguments) follow under their own names.
+NATIVE_MODEL_BOUNDARIES = [
+    ("sampler latent", "x (sampler latent)"),
+    ("sigma", "sigma"),
+    ("concatenated condition", "c_concat (concatenated to x)"),
+    ("diffusion model in", "x (diffusion model in)"),
+    ("timestep", "timestep"),
+    ("text context", "context"),
+    ("pooled vector", "y (pooled)"),
+    ("guidance", "guidance"),
+    ("diffusion model out", "diffusion model out"),
+    ("denoised", "denoised (apply_model out)"),
+]
+RECORD_TABLES = {"native_model": NATIVE_MODEL_BOUNDARIES}
+# the facts of a record shown in its section's head, when it has them
+HEAD_FACTS = ("provenance", "diffusion model", "sampled by", "steps seen", "calls per step", "cfg batches", "calls",
+              "VAE object", "CLIP object")
+ROLE_WORD = {"input": "in", "output": "out"}
+
+
+def record_rows(node_id: str, record: dict) -> list[dict]:
+    """The rows of one node's record (a native model's, CLIP's or VAE's, measured while other nodes called it), in
+    the boundary_rows form plus `inspect_node` (the node's id in the graph), `class` (the native class) and `role`:
+    the record's table order first (RECORD_TABLES), then its other tensors in record order. Only what was measured
+    has a row: a native model that takes no c_concat or guidance simply has none."""
+    tensors = [t for t in record.get("tensors", []) if isinstance(t, dict)]
+    by_name = {t["name"]: t for t in tensors}
+    labels = dict((name, label) for label, name in RECORD_TABLES.get(record.get("table"), []))
+    order = [by_name[name] for name in labels if name in by_name]
+    order += [t for t in tensors if t["name"] not in labels]
+    facts = record.get("facts", {})
+    cls = str(facts.get("class", ""))
+    node = f"{record.get('title', record.get('node', '?'))} (node {node_id}{', ' + cls if cls else ''})"
+    rows = []
+    for t in order:
+        label = labels.get(t["name"])
+        if label is None:
+            word = ROLE_WORD.get(t.get("role"))
+            label = f"{t['name']} {word}" if word else t["name"]
+        elif t["name"] == "x (diffusion model in)" and "c_concat (concatenated to x)" in by_name:
+            label += " = cat(x, c_concat)"
+        rows.append({"boundary": label, "tensor": t["name"], "shape": t["shape"], "dtype": t["dtype"],
+                     "provenance": t["provenance"], "device": t["device"], "node": node,
+                     "inspect_node": str(node_id), "class": cls, "role": t.get("role", "")})
+        # a recorded call ("decode 1: latent") names the node that made it in its facts ("decode 1: called by node")
+        caller = facts.get(t["name"].split(": ", 1)[0] + ": called by node") if ": " in t["name"] else None
+        if caller is not None:
+            rows[-1]["called_by"] = str(caller)
+    return rows
+
+
+def record_section(node_id: str, record: dict) -> dict:
+    """One node's part of a report: its id, title, native class, head facts, warnings, rows and the whole record."""
+    facts = record.get("facts", {})
+    return {"node": str(node_id), "title": record.get("title", ""), "class": facts.get("class", ""),
+            "facts": {k: facts[k] for k in HEAD_FACTS if k in facts}, "warnings": list(record.get("warnings", [])),
+            "rows": record_rows(node_id, record), "record": record}
+
+
+def format_sections(sections) -> str:
+    """Text tables of record sections, one block each: the node, its class and head facts, then its rows."""
+    blocks = []
+    for s in sections:
+        head = [f"{s['title']} (node {s['node']})" + (f": {s['class']}" if s["class"] else "")]
+        head += [f"  {k}: {v}" for k, v in s["facts"].items()]
+        head += [f"  WARNING: {w}" for w in s["warnings"]]
+        rows = s["rows"]
+        if not rows:
+            blocks.append("\n".join(head + ["  (no tensor recorded)"]))
+            continue
+        w = max(len(r["boundary"]) for r in rows)
+        shapes = [str(r["shape"]) for r in rows]
+        sw = max([18] + [len(x) for x in shapes])
+        provs = [f"{r['provenance']} on {r['device']}" if r["provenance"] == MEASURED else r["provenance"] for r in rows]
+        pw = max(len(p) for p in provs)
+        callers = any("called_by" in r for r in rows)
+        lines = [f"  {'boundary':<{w}}  {'shape':<{sw}} {'dtype':<9} {'provenance':<{pw}}"
+                 + ("  called by node" if callers else "")]
+        lines.append("  " + "-" * (w + sw + 12 + pw + (16 if callers else 0)))
+        lines += [(f"  {r['boundary']:<{w}}  {shape:<{sw}} {r['dtype']:<9} {prov:<{pw}}"
+                   + (f"  {r.get('called_by', '')}" if callers else "")).rstrip()
+                  for r, shape, prov in zip(rows, shapes, provs)]
+        blocks.append("\n".join(head + lines))
+    return "\n\n".join(blocks)
