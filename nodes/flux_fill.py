@@ -6,7 +6,6 @@ from __future__ import annotations
 from comfy_api.latest import io
 
 from ..fillscope.decode import to_comfy_latent
-from ..fillscope.errors import FillScopeInputError
 from ..fillscope.pipelines.flux_fill import (
     build_fill_condition,
     check_text,
@@ -91,11 +90,7 @@ class FluxFillSampler(FillScopeNode):
     @classmethod
     def prepare(cls, rec, flux_text, guidance, condition, transformer=None, model=None, soft_mask=None, **rest):
         """Before the transformer is placed: the text's widths against it, which guidance is used, the soft mask."""
-        if (transformer is None) == (model is None):
-            raise FillScopeInputError("transformer", (
-                "is wired and so is 'model'" if model is not None else "is empty and so is 'model'")
-                + ": the sampler runs exactly one denoiser, FillScope's transformer or ComfyUI's MODEL.",
-                "wire FillScope's FLUX Fill transformer to 'transformer' or ComfyUI's MODEL to 'model', not both.")
+        native_model.require_one_denoiser(transformer, model, "FLUX Fill", "FLUX.1 Fill")
         if model is not None:
             check_external_options("model", rest.get("step_cache") or "off")  # before the MODEL is placed
             rest["native"] = native_model.check_flux_fill_model(model, flux_text, condition)

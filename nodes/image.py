@@ -12,7 +12,7 @@ from ..fillscope.masks import as_paste_mask, paste_back
 from ..fillscope.weights import Component
 from . import common as c
 from .base import FillScopeNode
-from .native_vae import VAE_TOOLTIP, as_fillscope_vae, vae_input
+from .native_vae import DECODE_VAE_TOOLTIP, as_fillscope_vae, native_family, vae_input
 
 
 # What a graph on meta weights shows where its image would be (the decode's warning, and Paste Back's).
@@ -32,7 +32,7 @@ class VAEDecode(FillScopeNode):
             description=("Undoes the latent's normalisation (FLUX/SD3: z / scale + shift; FLUX.2 [klein]: its BatchNorm "
                          "statistics), decodes, and returns the image at the input's size."),
             inputs=[
-                vae_input(c.Vae.Input("vae", tooltip=VAE_TOOLTIP)),
+                vae_input(c.Vae.Input("vae", tooltip=DECODE_VAE_TOOLTIP)),
                 c.Latent.Input("latent", optional=True,
                                tooltip="A FillScope sampler's latent: decoded and brought back to the input image's "
                                        "size (padding cropped, a crop pasted back)."),
@@ -47,8 +47,8 @@ class VAEDecode(FillScopeNode):
 
     @classmethod
     def run(cls, rec, vae, latent=None, native_latent=None):
-        if not isinstance(vae, Component):  # ComfyUI's VAE: FLUX.1 and SD3 alike (ComfyUI space in and out)
-            vae = as_fillscope_vae(vae, latent.family if latent is not None and native_latent is None else "flux")
+        if not isinstance(vae, Component):  # ComfyUI's VAE: FLUX.1, SD3 and FLUX.2 (ComfyUI space in and out)
+            vae = as_fillscope_vae(vae, latent.family if latent is not None and native_latent is None else native_family(vae))
             rec.note(f"ComfyUI's VAE: {vae.provenance}")
         if native_latent is not None:
             return cls.run_native(rec, vae, native_latent, ignored=latent is not None)

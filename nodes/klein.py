@@ -221,12 +221,7 @@ class KleinSampler(FillScopeNode):
                 soft_mask=None, **rest):
         """Everything that needs no weights, before the transformer (or the native MODEL) is placed: exactly one
         denoiser, the model type, the text widths, CFG's negative."""
-        if (transformer is None) == (model is None):
-            raise FillScopeInputError("transformer", (
-                "is wired and so is 'model'" if model is not None else "is empty and so is 'model'")
-                + ": the sampler runs exactly one denoiser, FillScope's klein transformer or ComfyUI's MODEL.",
-                "wire FillScope's klein transformer to 'transformer' or ComfyUI's FLUX.2 [klein] MODEL to 'model', "
-                "not both.")
+        native_model.require_one_denoiser(transformer, model, "klein", "FLUX.2 [klein]")
         if model is not None:
             check_external_options("model", rest.get("step_cache") or "off")  # before the MODEL is placed
             rest["native"] = native_klein.check_klein_model(model, positive, condition, negative=negative)

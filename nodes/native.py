@@ -12,6 +12,11 @@ ConditioningCombine joins lists, the Set* nodes add keys. ComfyUI's sampler call
   cross_attn = cat(CLIP-L ++ CLIP-G penultimate states [B, 77, 2048] zero-padded to 4096, T5-XXL [B, N, 4096])
   with N = 77 for short prompts; pooled_output = CLIP-L pooler output ++ CLIP-G text_embeds [B, 2048].
   CLIPTextEncodeSD3 with empty_padding none and an empty box leaves that encoder's tokens out.
+- FLUX.2 [klein] (a ComfyUI that supports klein: CLIPLoader of its Qwen3-4B / -8B file, then CLIPTextEncode):
+  cross_attn = Qwen3 hidden states 9, 18, 27 concatenated per token [B, 512, 3 x hidden] (7680 / 12288: the klein
+  transformers' joint_attention_dim), the chat-templated prompt padded on the right with Qwen3's pad token to 512 (and
+  never truncated); pooled_output None, attention_mask the tokens' mask. ComfyUI 0.3.75 has no klein encoder: every
+  Qwen3 file loads as Z-Image's (one layer, the last-but-one, 2560 wide for Qwen3-4B), which klein cannot read.
 
 Deliberate differences from FillScope's own encoders (which follow diffusers), recorded on the node as facts:
 - length: ComfyUI pads FLUX's T5 prompt to 256 tokens and SD3's to 77; FillScope (and diffusers) to 512 and 256.
@@ -23,6 +28,8 @@ Deliberate differences from FillScope's own encoders (which follow diffusers), r
   different pooled vectors (the tiny test models show it).
 The widths tell the families apart: 4096 + 768 is FLUX's, 4096 + 2048 SD3's; those of SD1/SD2/SDXL are named;
 other widths pass with a warning (the sampler checks them against its transformer before the transformer moves).
+klein's text has no pooled vector and is 3 x a Qwen3 hidden size wide: one layer's width (not a multiple of 3, or a
+shipped Qwen3's hidden size) is refused.
 """
 
 from __future__ import annotations
@@ -30,13 +37,15 @@ from __future__ import annotations
 from comfy_api.latest import io
 
 from ..fillscope.errors import FillScopeInputError
+from ..fillscope.pipelines.klein import QWEN3_MAX_LENGTH, VARIANTS, KleinText
+from ..fillscope.specs import KLEIN_TEXT_LAYERS, shipped_config
 from ..fillscope.text import FluxTextCondition, SD3TextCondition
 from . import common as c
 from .base import FillScopeNode
 
 SOURCE = "from ComfyUI CONDITIONING"
 INPUT = "conditioning"
-FLUX, SD3 = "FLUX", "SD3"
+FLUX, SD3, KLEIN = "FLUX", "SD3", "klein"
 WIDTHS = {FLUX: (4096, 768), SD3: (4096, 2048)}  # (cross_attn channels, pooled_output channels)
 FAMILIES = {
     (4096, 768): "a FLUX.1 conditioning (T5-XXL sequence + CLIP-L pooled)",
@@ -50,8 +59,12 @@ ENCODE = {
     FLUX: "encode for FLUX: DualCLIPLoader (clip_l + t5xxl, type flux) -> CLIPTextEncode or CLIPTextEncodeFlux",
     SD3: "encode for SD3: TripleCLIPLoader (clip_l + clip_g + t5xxl, or the CLIP of an SD3 checkpoint that includes "
          "its text encoders) -> CLIPTextEncode or CLIPTextEncodeSD3",
+    KLEIN: "encode for klein: FillScope Load Qwen3 -> FillScope Qwen3 Encode (klein's three layers; wire it straight to "
+           "the Klein Sampler), or, in a ComfyUI that supports FLUX.2 [klein], CLIPLoader (its Qwen3 file, klein's "
+           "type) -> CLIPTextEncode",
 }
-ADAPTER = {FLUX: "FillScope FLUX Text from CONDITIONING", SD3: "FillScope SD3 Text from CONDITIONING"}
+ADAPTER = {FLUX: "FillScope FLUX Text from CONDITIONING", SD3: "FillScope SD3 Text from CONDITIONING",
+           KLEIN: "FillScope Klein Text from CONDITIONING"}
 T5_PADDING = {FLUX: (256, 512), SD3: (77, 256)}  # (ComfyUI's, FillScope's and diffusers') T5 padded length
 
 # Keys ComfyUI's conditioning nodes set that FillScope's samplers do not apply, by what they do in ComfyUI.
@@ -95,8 +108,9 @@ def _several_entries(entries: list, family: str) -> str:
             f"of ConditioningCombine, or wire one {ENCODE[family].split('-> ')[-1]} output.")
 
 
-def read_entry(conditioning, family: str):
-    """(cross_attn [B,L,W], pooled_output [B,P], the entry's other keys) of a one-entry CONDITIONING, checked."""
+def read_entry(conditioning, family: str, pooled_optional: bool = False):
+    """(cross_attn [B,L,W], pooled_output [B,P], the entry's other keys) of a one-entry CONDITIONING, checked.
+    `pooled_optional`: a family that reads no pooled vector (klein) takes an entry whose pooled_output is None."""
     import torch
 
     fix = ENCODE[family] + "."
@@ -117,15 +131,18 @@ def read_entry(conditioning, family: str):
     pooled = extras.pop("pooled_output", None)
     if not isinstance(tensor, torch.Tensor) or tensor.ndim != 3 or not tensor.is_floating_point():
         _fail(f"its tensor (cross_attn) is {_shape(tensor)}; a text encoder gives [batch, tokens, channels].", fix)
-    if pooled is None:
+    if pooled is None and not pooled_optional:
         _fail(f"has no pooled_output (keys: {', '.join(sorted(entry[1])) or 'none'}): it was made by an encoder without "
               f"a CLIP pooled vector (a T5-only CLIP, or another model family's text encoder), and {family} reads one.",
               fix)
-    if not isinstance(pooled, torch.Tensor) or pooled.ndim != 2 or not pooled.is_floating_point():
-        _fail(f"its pooled_output is {_shape(pooled)}; a CLIP pooled vector is [batch, channels].", fix)
-    if pooled.shape[0] != tensor.shape[0] and pooled.shape[0] != 1:
-        _fail(f"cross_attn has batch {tensor.shape[0]} but pooled_output {pooled.shape[0]}.", fix)
+    if pooled is not None:
+        if not isinstance(pooled, torch.Tensor) or pooled.ndim != 2 or not pooled.is_floating_point():
+            _fail(f"its pooled_output is {_shape(pooled)}; a CLIP pooled vector is [batch, channels].", fix)
+        if pooled.shape[0] != tensor.shape[0] and pooled.shape[0] != 1:
+            _fail(f"cross_attn has batch {tensor.shape[0]} but pooled_output {pooled.shape[0]}.", fix)
     for key, t in (("cross_attn", tensor), ("pooled_output", pooled)):
+        if t is None:
+            continue
         if t.device.type != "meta":
             finite = torch.isfinite(t)
             if not bool(finite.all()):
@@ -301,4 +318,136 @@ class SD3TextFromConditioning(FillScopeNode):
         return SD3TextCondition(context=context, pooled=pooled, origin={"source": "ComfyUI CONDITIONING"})
 
 
-NODES = [FluxTextFromConditioning, SD3TextFromConditioning]
+# ---- FLUX.2 [klein] ------------------------------------------------------------------------------------------------
+
+LAYERS = len(KLEIN_TEXT_LAYERS)  # klein reads Qwen3 hidden states 9, 18, 27, concatenated per token
+STATES = ", ".join(map(str, KLEIN_TEXT_LAYERS))
+
+
+def _title(variant: str) -> str:
+    """'klein-4b' -> 'FLUX.2 [klein] 4B', 'qwen3-8b' -> 'Qwen3-8B'."""
+    name, size = variant.rsplit("-", 1)
+    return f"FLUX.2 [klein] {size.upper()}" if name == "klein" else f"Qwen3-{size.upper()}"
+
+
+def klein_text_widths() -> dict[int, tuple[str, str, int]]:
+    """{text width: (klein title, its encoder's title, the encoder's hidden size)} from FillScope's shipped configs:
+    each klein transformer's joint_attention_dim, which is LAYERS x its Qwen3's hidden size."""
+    widths = {}
+    for variant, encoder in VARIANTS.items():
+        width = shipped_config("klein_transformer", variant)["joint_attention_dim"]
+        widths[width] = (_title(variant), _title(encoder), shipped_config("qwen3", encoder)["hidden_size"])
+    return widths
+
+
+# ComfyUI 0.3.75 has no klein text encoder: comfy/sd.py detects every Qwen3 file (q_norm weights) as TEModel.QWEN3_4B
+# whatever CLIPLoader's type, and builds Z-Image's encoder (comfy/text_encoders/z_image.py: layer "hidden",
+# layer_idx -2, the states out of the last-but-one layer, hidden wide); Lumina 2's Gemma encoders are single-layer too
+ONE_LAYER = ("one layer's states (ComfyUI 0.3.75's CLIPLoader loads any Qwen3 file as Z-Image's text encoder, whatever "
+             "its type: the last-but-one layer, {hidden} channels; Lumina 2's Gemma encoders are single-layer too)")
+
+
+def check_klein_width(tensor, pooled, rec) -> None:
+    """Refuse a conditioning that cannot be klein's text: another family's (a pooled vector), one layer's states, or
+    a width that is not LAYERS equal layers; pass a shipped klein width, warn on any other (the sampler checks it
+    against its transformer's joint_attention_dim before the transformer moves)."""
+    width, widths = tensor.shape[-1], klein_text_widths()
+    shipped = " or ".join(f"{w} ({t[0]}: {LAYERS} x {t[2]} from {t[1]})" for w, t in sorted(widths.items()))
+    reads = f"klein reads Qwen3 hidden states {STATES} concatenated per token, {LAYERS} x hidden: {shipped}"
+    if pooled is not None:  # a Qwen3 encoder gives no pooled vector (pooled_output None)
+        layout = f"cross_attn [B, L, {width}] + pooled_output [B, {pooled.shape[-1]}]"
+        family = FAMILIES.get((width, pooled.shape[-1]), "the conditioning of a CLIP with a pooled vector")
+        other = next((f for f, w in WIDTHS.items() if w == (width, pooled.shape[-1])), None)
+        _fail(f"is {family}: {layout}; {reads}, and no pooled vector.",
+              (f"wire it to {ADAPTER[other]} and that family's sampler, or " if other else "") + ENCODE[KLEIN] + ".")
+    single = {t[2]: (w, t) for w, t in widths.items()}
+    if width in single:
+        w, (model, encoder, hidden) = single[width]
+        _fail(f"is [B, L, {width}], the width of one {encoder} hidden state: {ONE_LAYER.format(hidden=hidden)}; "
+              f"{model} reads {LAYERS} of them concatenated ({STATES}): {LAYERS} x {hidden} = {w} channels.",
+              ENCODE[KLEIN] + ".")
+    if width % LAYERS:
+        _fail(f"is [B, L, {width}]: {width} channels is not {LAYERS} x a hidden size, so it cannot be {LAYERS} "
+              f"concatenated layers: it is {ONE_LAYER.format(hidden=width)} or another model's text. {reads}.",
+              ENCODE[KLEIN] + ".")
+    if width in widths:
+        model, encoder, hidden = widths[width]
+        rec.fact("text", f"{model}'s: {encoder} hidden states {STATES}, {LAYERS} x {hidden} = {width}")
+        return
+    rec.warn(f"cross_attn width {width} = {LAYERS} x {width // LAYERS} is not a shipped klein text width ({shipped}); "
+             "the sampler checks it against its transformer's joint_attention_dim before the transformer moves")
+
+
+def pad_klein_length(tensor, rec):
+    """The sequence as ComfyUI's Flux2 model reads it (comfy/model_base.py Flux2.extra_conds): shorter than 512 tokens
+    left-padded with zero tokens to 512; 512 (what klein's encoders give) and longer unchanged. The sampler's text ids
+    then run 0..L-1 over the padded sequence, as ComfyUI's Flux2 builds them, so the transformer sees what ComfyUI's
+    would; FillScope's own Qwen3 Encode pads on the right with Qwen3's pad-token states, as diffusers does."""
+    import torch
+
+    tokens = tensor.shape[1]
+    rec.fact("text tokens (CONDITIONING)", tokens)
+    if tokens < QWEN3_MAX_LENGTH:
+        pad = QWEN3_MAX_LENGTH - tokens
+        rec.note(f"{tokens} tokens left-padded with {pad} zero tokens to {QWEN3_MAX_LENGTH}, as ComfyUI's Flux2 model "
+                 f"pads a shorter CONDITIONING (FillScope's Qwen3 Encode and diffusers give {QWEN3_MAX_LENGTH} tokens, "
+                 "the prompt followed by Qwen3's pad-token states)")
+        return torch.nn.functional.pad(tensor, (0, 0, pad, 0))
+    if tokens > QWEN3_MAX_LENGTH:
+        rec.note(f"{tokens} tokens, passed whole as ComfyUI passes them (its klein encoder never truncates); "
+                 f"FillScope's Qwen3 Encode and diffusers truncate the prompt to {QWEN3_MAX_LENGTH}; the sampler takes "
+                 "any length (the text ids follow it)")
+    return tensor
+
+
+KLEIN_KEYS = {  # keys ComfyUI's klein encoding or nodes set, said in klein's terms (record_keys has the others)
+    "attention_mask": "Qwen3's padding mask, used inside the encoder: klein's transformer reads every text token, "
+                      "padding included, as diffusers' and ComfyUI's Flux2 do (ComfyUI's does not apply it either)",
+    "reference_latents": "reference latents (ReferenceLatent): FillScope's klein sampler takes its reference images "
+                         "from the condition node (Klein Inpaint Condition's reference, Klein Edit Condition's images)",
+    "guidance": "a guidance value (FluxGuidance): klein embeds no guidance; base models use the sampler's guidance "
+                "input as CFG",
+}
+
+
+class KleinTextFromConditioning(FillScopeNode):
+    title = "klein text from CONDITIONING"
+
+    @classmethod
+    def define_schema(cls):
+        return io.Schema(
+            node_id="FillScopeKleinTextFromConditioning",
+            display_name="FillScope Klein Text from CONDITIONING",
+            category=c.CATEGORY + "/text",
+            description=(
+                "ComfyUI's CONDITIONING (CLIPTextEncode on a FLUX.2 [klein] CLIP of a ComfyUI that supports klein) as "
+                "FillScope's klein text for the Klein Sampler's positive / negative: Qwen3 hidden states 9, 18, 27 "
+                "concatenated, [1, 512, 7680] (klein 4B) / [1, 512, 12288] (klein 9B), unchanged; shorter "
+                "sequences left-padded with zeros to 512 as ComfyUI's Flux2 model pads them. One entry only; a "
+                "single-layer conditioning (Z-Image / Lumina 2) is refused."
+            ),
+            inputs=[io.Conditioning.Input(
+                INPUT, tooltip="From CLIPTextEncode with a FLUX.2 [klein] CLIP (a ComfyUI that supports klein: "
+                               "CLIPLoader of qwen_3_4b / qwen_3_8b as klein's type). ComfyUI 0.3.75 loads a Qwen3 "
+                               "file as Z-Image's single-layer encoder, which klein cannot read.")],
+            outputs=[c.KleinText.Output("klein_text", display_name="klein_text"), c.shapes_output()],
+        )
+
+    @classmethod
+    def run(cls, rec, conditioning):
+        tensor, pooled, extras = read_entry(conditioning, KLEIN, pooled_optional=True)
+        check_klein_width(tensor, pooled, rec)
+        record_common(rec, tensor, extras)
+        embeds = pad_klein_length(tensor, rec)
+        said = [k for k in KLEIN_KEYS if k in extras]
+        for key in said:
+            (rec.note if key == "attention_mask" else rec.warn)(f"CONDITIONING key {key} not applied: {KLEIN_KEYS[key]}")
+        record_keys(rec, extras, used=tuple(said))
+        text = KleinText(embeds, None)  # no Qwen3Output: the tokens and their mask stayed in ComfyUI's encoder
+        rec.given("prompt_embeds", embeds, f"{SOURCE} (cross_attn)" + (" left-padded" if embeds is not tensor else ""),
+                  "output")
+        rec.tensor("txt_ids", text.text_ids)
+        return text
+
+
+NODES = [FluxTextFromConditioning, SD3TextFromConditioning, KleinTextFromConditioning]

@@ -45,7 +45,7 @@ from ..fillscope.errors import FillScopeInputError
 from ..fillscope.pipelines.klein import SOURCE_TIME_OFFSET, pack_tokens, unpack_tokens
 from ..fillscope.sampling import ExternalDenoiser
 from ..fillscope.specs import shipped_config
-from .native_model import NativeRun
+from .native_model import NativeRun, require_flow_model
 
 FIX = ("load the FLUX.2 [klein] 4B or 9B model with UNETLoader (a ComfyUI that detects klein: 0.3.75 gives every "
        "FLUX.2 file FLUX.2 [dev]'s 48 heads), or wire FillScope's klein transformer instead.")
@@ -126,7 +126,6 @@ def check_klein_model(patcher, text, condition, name: str = "model", negative=No
     (`reference_grids`, read by klein_denoiser)."""
     import comfy.ldm.flux.model
     import comfy.model_base
-    import comfy.model_sampling
 
     model = getattr(patcher, "model", None)
     if not isinstance(model, comfy.model_base.Flux2):
@@ -134,9 +133,7 @@ def check_klein_model(patcher, text, condition, name: str = "model", negative=No
                 else f"a {type(model).__name__} MODEL")
         raise FillScopeInputError(name, f"is {what}; the klein sampler runs a FLUX.2 [klein] model "
                                         "(comfy.model_base.Flux2).", FIX)
-    if not isinstance(model.model_sampling, comfy.model_sampling.CONST):
-        raise FillScopeInputError(name, f"samples as {type(model.model_sampling).__name__}, not flow matching (CONST).",
-                                  FIX)
+    require_flow_model(patcher, comfy.model_base.Flux2, (), "klein", FIX, name)  # its sampling
     net = getattr(model, "diffusion_model", None)
     if not isinstance(net, comfy.ldm.flux.model.Flux) or not getattr(net.params, "global_modulation", False):
         raise FillScopeInputError(name, f"holds a {type(net).__name__} without FLUX.2's global modulation, not "

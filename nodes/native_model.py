@@ -34,6 +34,31 @@ from ..fillscope.specs import pack_latents, unpack_latents
 FIX = "load the FLUX.1 Fill model (flux1-fill-dev) with UNETLoader, or wire FillScope's FLUX Fill transformer instead."
 
 
+def require_one_denoiser(transformer, model, family: str, native: str) -> None:
+    """Exactly one of a sampler's `transformer` (FillScope's) and `model` (ComfyUI's MODEL) inputs is wired."""
+    if (transformer is None) != (model is None):
+        return
+    raise FillScopeInputError("transformer", (
+        "is wired and so is 'model'" if model is not None else "is empty and so is 'model'")
+        + f": the sampler runs exactly one denoiser, FillScope's {family} transformer or ComfyUI's MODEL.",
+        f"wire FillScope's {family} transformer to 'transformer' or ComfyUI's {native} MODEL to 'model', not both.")
+
+
+def require_flow_model(patcher, model_class, refused: tuple, sampler: str, fix: str, name: str = "model"):
+    """The MODEL's model (comfy.model_base) is a `model_class` (and none of `refused`) sampled by flow matching
+    (CONST), as every FillScope sampler is; returns it."""
+    import comfy.model_sampling
+
+    model = getattr(patcher, "model", None)
+    if not isinstance(model, model_class) or isinstance(model, refused):
+        raise FillScopeInputError(name, f"is a {type(model).__name__} MODEL; the {sampler} sampler runs a "
+                                        f"{model_class.__module__}.{model_class.__name__} model.", fix)
+    if not isinstance(model.model_sampling, comfy.model_sampling.CONST):
+        raise FillScopeInputError(name, f"samples as {type(model.model_sampling).__name__}, not flow matching (CONST).",
+                                  fix)
+    return model
+
+
 def unet_config(patcher) -> dict:
     return dict(getattr(getattr(patcher.model, "model_config", None), "unet_config", None) or {})
 
@@ -44,15 +69,8 @@ def check_flux_fill_model(patcher, flux_text, condition, name: str = "model") ->
     the published Fill), out_channels C, context_in_dim = the T5 width, vec_in_dim = the pooled width. Returns the
     widths in diffusers' names (ExternalDenoiser.config)."""
     import comfy.model_base
-    import comfy.model_sampling
 
-    model = getattr(patcher, "model", None)
-    if not isinstance(model, comfy.model_base.Flux) or isinstance(model, comfy.model_base.Flux2):
-        raise FillScopeInputError(name, f"is a {type(model).__name__} MODEL; the FLUX Fill sampler runs a FLUX.1 model "
-                                        "(comfy.model_base.Flux).", FIX)
-    if not isinstance(model.model_sampling, comfy.model_sampling.CONST):
-        raise FillScopeInputError(name, f"samples as {type(model.model_sampling).__name__}, not flow matching (CONST).",
-                                  FIX)
+    require_flow_model(patcher, comfy.model_base.Flux, (comfy.model_base.Flux2,), "FLUX Fill", FIX, name)
     cfg = unet_config(patcher)
     p = int(cfg.get("patch_size", 2))
     in_ch, out_ch = cfg.get("in_channels"), cfg.get("out_channels", cfg.get("in_channels"))

@@ -28,7 +28,7 @@ from __future__ import annotations
 from ..fillscope.errors import FillScopeInputError
 from ..fillscope.pipelines.sd3_controlnet import check_side_limits, check_widths
 from ..fillscope.sampling import ExternalDenoiser
-from .native_model import NativeRun, unet_config
+from .native_model import NativeRun, require_flow_model, unet_config
 
 FIX = ("load an SD3 / SD3.5 checkpoint with CheckpointLoaderSimple (or its diffusion model with UNETLoader), or wire "
        "FillScope's SD3 transformer to 'transformer' instead.")
@@ -59,15 +59,8 @@ def check_sd3_model(patcher, positive, condition, name: str = "model", *, negati
     token width against it, the latent grid against its patch size and position-embedding grid). Returns the config
     in diffusers' names (ExternalDenoiser.config)."""
     import comfy.model_base
-    import comfy.model_sampling
 
-    model = getattr(patcher, "model", None)
-    if not isinstance(model, comfy.model_base.SD3):
-        raise FillScopeInputError(name, f"is a {type(model).__name__} MODEL; the SD3 ControlNet inpaint sampler runs an "
-                                        "SD3 / SD3.5 model (comfy.model_base.SD3).", FIX)
-    if not isinstance(model.model_sampling, comfy.model_sampling.CONST):
-        raise FillScopeInputError(name, f"samples as {type(model.model_sampling).__name__}, not flow matching (CONST).",
-                                  FIX)
+    require_flow_model(patcher, comfy.model_base.SD3, (), "SD3 ControlNet inpaint", FIX, name)
     config = sd3_config(patcher)
     c = condition.latent_channels
     if config["in_channels"] != c or config["out_channels"] != c:

@@ -5,7 +5,6 @@ from __future__ import annotations
 from comfy_api.latest import io
 
 from ..fillscope.decode import to_comfy_latent
-from ..fillscope.errors import FillScopeInputError
 from ..fillscope.pipelines.sd3_controlnet import (
     build_inpaint_condition,
     check_image_size,
@@ -108,11 +107,7 @@ class SD3ControlNetInpaintSampler(FillScopeNode):
     def prepare(cls, rec, positive, negative, cfg, condition, transformer=None, model=None, soft_mask=None, **rest):
         """Before the models are placed: exactly one denoiser; the texts' widths against it (a native MODEL: its
         family, widths and position-embedding grid against the condition and the ControlNet too); the soft mask."""
-        if (transformer is None) == (model is None):
-            raise FillScopeInputError("transformer", (
-                "is wired and so is 'model'" if model is not None else "is empty and so is 'model'")
-                + ": the sampler runs exactly one denoiser, FillScope's transformer or ComfyUI's MODEL.",
-                "wire FillScope's SD3 transformer to 'transformer' or ComfyUI's MODEL to 'model', not both.")
+        native_model.require_one_denoiser(transformer, model, "SD3", "SD3")
         if model is not None:
             rest["native"] = native_sd3.check_sd3_model(model, positive, condition, negative=negative, cfg=cfg,
                                                         controlnet=rest.get("controlnet"))

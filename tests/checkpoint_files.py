@@ -394,3 +394,19 @@ def fp8_mixed(state: dict, quantise) -> dict:
 
 
 __all__ = ["TINY_CLIP_CONFIG", "TINY_T5_CONFIG", "TINY_SD3_T5_CONFIG"]
+
+
+def kohya_lora(bfl: dict, seed: int = 0, rank: int = 4, alpha: float = 8.0) -> dict:
+    """A LoRA over every 2-D Linear weight (not norms) of a BFL transformer state (FLUX.1: fused qkv, linear1; klein:
+    the modulations too), in kohya keys (lora_unet_<BFL module with _>, lora_down / lora_up / alpha) as LoRA files for
+    FLUX are published; FillScope's LoRA nodes and ComfyUI's LoraLoaderModelOnly both map them."""
+    g, out = torch.Generator().manual_seed(seed), {}
+    for key in sorted(bfl):
+        w = bfl[key]
+        if not key.endswith(".weight") or w.dim() != 2 or "norm" in key:
+            continue
+        name = "lora_unet_" + key[:-7].replace(".", "_")
+        out[f"{name}.lora_down.weight"] = torch.randn(rank, w.shape[1], generator=g) * 0.1
+        out[f"{name}.lora_up.weight"] = torch.randn(w.shape[0], rank, generator=g) * 0.1
+        out[f"{name}.alpha"] = torch.tensor(alpha)
+    return out

@@ -47,24 +47,11 @@ def sd3_pooled_width(models_dir: Path) -> int:
 
 
 def kohya_lora(seed: int = 1, rank: int = 4, alpha: float = 4.0) -> dict:
-    """A LoRA over every 2-D Linear weight of the tiny FLUX Fill transformer's BFL checkpoint, in kohya keys
-    (lora_unet_<BFL module with _>), as LoRA files for FLUX.1 [dev] are published."""
-    import torch
-
+    """A kohya LoRA of the tiny FLUX Fill transformer's BFL checkpoint (checkpoint_files.kohya_lora)."""
     import checkpoint_files as cf
     from tiny_flux import build_tiny_components
 
-    state = cf.flux_bfl_state(build_tiny_components(0)["transformer"])
-    g, out = torch.Generator().manual_seed(seed), {}
-    for key in sorted(state):
-        w = state[key]
-        if not key.endswith(".weight") or w.dim() != 2 or "norm" in key:
-            continue
-        name = "lora_unet_" + key[:-7].replace(".", "_")
-        out[f"{name}.lora_down.weight"] = torch.randn(rank, w.shape[1], generator=g) * 0.1
-        out[f"{name}.lora_up.weight"] = torch.randn(w.shape[0], rank, generator=g) * 0.1
-        out[f"{name}.alpha"] = torch.tensor(alpha)
-    return out
+    return cf.kohya_lora(cf.flux_bfl_state(build_tiny_components(0)["transformer"]), seed, rank, alpha)
 
 
 def tiny_alimama_controlnet(pooled: int, seed: int = 0) -> dict:

@@ -20,7 +20,8 @@ import json
 
 import comfy_server
 import pytest
-from test_server_native_model import FOLDER, STEPS, graph, latent, n
+from test_server_native_model import FOLDER, STEPS, graph, n
+from workflow_helpers import saved_latent as latent
 
 pytestmark = pytest.mark.server
 

@@ -22,9 +22,8 @@ from __future__ import annotations
 import comfy_server
 import pytest
 import torch
-from comfy_server import ComfyExecutionError
-from safetensors.torch import load_file, save_file
-from workflow_helpers import api_node
+from safetensors.torch import save_file
+from workflow_helpers import api_node, max_rel, refusal, run_saved
 
 pytestmark = pytest.mark.server
 
@@ -38,21 +37,6 @@ def tiny_transformer(folder):
     return Flux2Transformer2DModel.from_pretrained(str(folder / "transformer"), torch_dtype=torch.float32)
 
 
-def kohya_lora(bfl: dict, seed: int = 0, rank: int = 4, alpha: float = 8.0) -> dict:
-    """A LoRA over every 2-D Linear weight of the klein BFL state (fused qkv, linear1, the modulations), in kohya keys
-    (lora_unet_<BFL module with _>, lora_down / lora_up / alpha), which FillScope and ComfyUI both map."""
-    g, out = torch.Generator().manual_seed(seed), {}
-    for key in sorted(bfl):
-        w = bfl[key]
-        if not key.endswith(".weight") or w.dim() != 2 or "norm" in key:
-            continue
-        name = "lora_unet_" + key[:-7].replace(".", "_")
-        out[f"{name}.lora_down.weight"] = torch.randn(rank, w.shape[1], generator=g) * 0.1
-        out[f"{name}.lora_up.weight"] = torch.randn(w.shape[0], rank, generator=g) * 0.1
-        out[f"{name}.alpha"] = torch.tensor(alpha)
-    return out
-
-
 @pytest.fixture(scope="module")
 def server():
     import checkpoint_files as cf
@@ -64,9 +48,9 @@ def server():
         (server.models_dir / "diffusion_models").mkdir(parents=True, exist_ok=True)
         save_file(bfl, str(server.models_dir / "diffusion_models" / WEIGHTS))
         (server.models_dir / "loras").mkdir(parents=True, exist_ok=True)
-        save_file({k: v.contiguous() for k, v in kohya_lora(bfl).items()}, str(server.models_dir / "loras" / LORA))
+        save_file({k: v.contiguous() for k, v in cf.kohya_lora(bfl).items()}, str(server.models_dir / "loras" / LORA))
 
-    with comfy_server.server_with_test_nodes(prepare) as server:  # a module attribute: pytest collects test_* names
+    with comfy_server.server_with_test_nodes(prepare) as server:
         yield server
 
 
@@ -97,7 +81,7 @@ def graph(info, name: str, *, native: bool, kind: str = "klein", edit: bool = Fa
         "ref": api_node(info, "FillScopeSyntheticImageMask", width=80, height=64, mask_fraction=0.25),
         "s": api_node(info, "FillScopeKleinSampler", positive=["p", 0], condition=["c", 0], seed=seed, steps=STEPS,
                       guidance=4.0, strength=strength, model_type="base" if base else "auto", step_cache=step_cache),
-        "save": api_node(info, "NativeKleinTestSaveFSLatent", latent=["s", 0], name=name),
+        "save": api_node(info, "NativeFillTestSaveFSLatent", latent=["s", 0], name=name),
         "m": api_node(info, "NativeKleinTestTinyKlein", folder=FOLDER, weights=WEIGHTS, kind=kind),
     }
     if edit:
@@ -137,23 +121,12 @@ def graph(info, name: str, *, native: bool, kind: str = "klein", edit: bool = Fa
     return g
 
 
-def latent(server, name: str) -> torch.Tensor:
-    return load_file(str(server.output_dir / "fillscope_native_klein" / f"{name}.safetensors"))["samples"]
-
-
-def rel(a, b) -> float:
-    return float((a - b).abs().max() / b.abs().max())
-
-
 def run(server, info, name: str, **kw) -> torch.Tensor:
-    server.run(graph(info, name, **kw), timeout=600)
-    return latent(server, name)
+    return run_saved(server, graph(info, name, **kw), name)
 
 
 def refused(server, info, **kw) -> str:
-    with pytest.raises(ComfyExecutionError) as e:
-        server.run(graph(info, "refused", **kw), timeout=600)
-    return str(e.value)
+    return refusal(server, graph(info, "refused", **kw))
 
 
 def assert_model_free_step(msg: str) -> None:
@@ -177,19 +150,19 @@ def test_native_model_gives_the_latents_of_fillscopes_own_transformer(server, in
     native = run(server, info, f"native_{case}", native=True, **kw)
     assert own.shape == native.shape == (1, 128, 6, 8)
     assert torch.isfinite(native).all() and own.abs().max() > 0.1
-    print(f"native klein MODEL vs FillScope's transformer ({case}): {rel(native, own):.2g} relative "
+    print(f"native klein MODEL vs FillScope's transformer ({case}): {max_rel(native, own):.2g} relative "
           "(measured, CPU fp32)")
-    assert rel(native, own) <= 1e-4
+    assert max_rel(native, own) <= 1e-4
 
 
 def test_a_native_lora_changes_the_output_as_fillscopes_lora_node_does(server, info):
     base = run(server, info, "lora_base", native=False)
     own = run(server, info, "lora_own", native=False, lora=True)
     native = run(server, info, "lora_native", native=True, lora=True)
-    print(f"klein LoRA: native (LoraLoaderModelOnly) vs FillScope's LoRA node {rel(native, own):.2g}, LoRA effect "
-          f"{rel(own, base):.2g} relative (measured, CPU fp32)")
-    assert rel(own, base) > 1e-2  # the LoRA does change the result
-    assert rel(native, own) <= 1e-4
+    print(f"klein LoRA: native (LoraLoaderModelOnly) vs FillScope's LoRA node {max_rel(native, own):.2g}, LoRA effect "
+          f"{max_rel(own, base):.2g} relative (measured, CPU fp32)")
+    assert max_rel(own, base) > 1e-2  # the LoRA does change the result
+    assert max_rel(native, own) <= 1e-4
 
 
 def test_both_or_neither_denoiser_wired_or_a_step_cache_with_the_model_is_refused(server, info):
@@ -279,7 +252,7 @@ def test_the_models_apply_model_wrappers_run_at_every_call(server, info):
     entry = server.wait(server.queue(graph(info, "interrupted", native=True, base=True, interrupt_at=2)), timeout=600,
                         raise_on_error=False)
     assert any(kind == "execution_interrupted" for kind, _ in entry["status"]["messages"]), entry["status"]
-    assert not (server.output_dir / "fillscope_native_klein" / "interrupted.safetensors").exists()
+    assert not (server.output_dir / "fillscope_native_fill" / "interrupted.safetensors").exists()
     assert torch.isfinite(run(server, info, "after_interrupt", native=True)).all()
 
 

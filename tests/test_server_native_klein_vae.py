@@ -151,6 +151,10 @@ def test_comfyui_flux2_vae_gives_fillscope_klein_conditions_and_decode(server, i
         "sd_x": api_node(info, "InspectTestSave", name="decode_native", image=["dec_x", 0]),
         "cdec": api_node(info, "VAEDecode", samples=["smp_vfs", 2], vae=["vnat", 0]),
         "sd_c": api_node(info, "InspectTestSave", name="decode_comfy", image=["cdec", 0]),
+        # ComfyUI's LATENT into FillScope's VAE Decode (native_latent) on ComfyUI's FLUX.2 VAE: the family read
+        # from the VAE itself
+        "dec_n": api_node(info, "FillScopeVAEDecode", vae=["vnat", 0], native_latent=["smp_vfs", 2]),
+        "sd_n": api_node(info, "InspectTestSave", name="decode_native_latent", image=["dec_n", 0]),
     })
     entry = server.run(prompt, timeout=900)
     assert entry["status"]["status_str"] == "success"
@@ -178,6 +182,8 @@ def test_comfyui_flux2_vae_gives_fillscope_klein_conditions_and_decode(server, i
     assert list(graph_fs["image"].shape) == [1, H, W, 3] and float(graph_fs["image"].std()) > 0.01
     figures["decode (same latent)"] = max_diff(decoded, graph_fs["image"])
     figures["ComfyUI VAEDecode of the LATENT"] = max_diff(comfy_decoded, graph_fs["image"])
+    figures["FillScope VAE Decode of the LATENT vs ComfyUI's VAEDecode"] = max_diff(
+        image(server, "decode_native_latent")["image"], comfy_decoded)
     figures["whole graph: latent"] = max_diff(graph_nat["latent.samples"], graph_fs["latent.samples"])
     figures["whole graph: image"] = max_diff(graph_nat["image"], graph_fs["image"])
     print("ComfyUI's FLUX.2 VAE vs FillScope's, max |diff|:", json.dumps(figures, indent=1))

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from comfy_server import ComfyExecutionError, server_with_test_nodes
-from safetensors.torch import load_file, save_file
+from comfy_server import server_with_test_nodes
+from safetensors.torch import save_file
+from workflow_helpers import max_rel, refusal, run_saved
 
 pytestmark = pytest.mark.server
 
@@ -27,22 +28,12 @@ STEPS = 4
 
 
 def kohya_lora(seed: int = 0, rank: int = 4, alpha: float = 8.0) -> dict:
-    """A LoRA over every 2-D Linear weight of the tiny FLUX Fill transformer's BFL checkpoint (fused qkv, linear1),
-    in kohya keys (lora_unet_<BFL module with _>, lora_down / lora_up / alpha), as tests/test_lora.py writes them."""
+    """A kohya LoRA of the tiny FLUX Fill transformer's BFL checkpoint (checkpoint_files.kohya_lora), as
+    tests/test_lora.py writes them."""
     import checkpoint_files as cf
     from tiny_flux import build_tiny_components
 
-    state = cf.flux_bfl_state(build_tiny_components(0)["transformer"])
-    g, out = torch.Generator().manual_seed(seed), {}
-    for key in sorted(state):
-        w = state[key]
-        if not key.endswith(".weight") or w.dim() != 2 or "norm" in key:
-            continue
-        name = "lora_unet_" + key[:-7].replace(".", "_")
-        out[f"{name}.lora_down.weight"] = torch.randn(rank, w.shape[1], generator=g) * 0.1
-        out[f"{name}.lora_up.weight"] = torch.randn(w.shape[0], rank, generator=g) * 0.1
-        out[f"{name}.alpha"] = torch.tensor(alpha)
-    return out
+    return cf.kohya_lora(cf.flux_bfl_state(build_tiny_components(0)["transformer"]), seed, rank, alpha)
 
 
 @pytest.fixture(scope="module")
@@ -108,23 +99,12 @@ def graph(name: str, *, native: bool, lora: bool = False, context_in_dim: int = 
     return g
 
 
-def latent(server, name: str) -> torch.Tensor:
-    return load_file(str(server.output_dir / "fillscope_native_fill" / f"{name}.safetensors"))["samples"]
-
-
-def rel(a, b) -> float:
-    return float((a - b).abs().max() / b.abs().max())
-
-
 def run(server, name: str, **kw) -> torch.Tensor:
-    server.run(graph(name, **kw), timeout=600)
-    return latent(server, name)
+    return run_saved(server, graph(name, **kw), name)
 
 
 def refused(server, **kw) -> str:
-    with pytest.raises(ComfyExecutionError) as e:
-        server.run(graph("refused", **kw), timeout=600)
-    return str(e.value)
+    return refusal(server, graph("refused", **kw))
 
 
 # ---- tests -------------------------------------------------------------------------------------------------------
@@ -136,18 +116,18 @@ def test_native_model_gives_the_latents_of_fillscopes_own_transformer(server, ca
     native = run(server, "native", native=True, **case)
     assert own.shape == native.shape == (1, 16, 12, 16)
     assert torch.isfinite(native).all()
-    print(f"native MODEL vs FillScope's transformer ({case or 'plain'}): {rel(native, own):.2g} relative (measured, CPU fp32)")
-    assert rel(native, own) <= 1e-4
+    print(f"native MODEL vs FillScope's transformer ({case or 'plain'}): {max_rel(native, own):.2g} relative (measured, CPU fp32)")
+    assert max_rel(native, own) <= 1e-4
 
 
 def test_a_native_lora_changes_the_output_as_fillscopes_lora_node_does(server):
     base = run(server, "base", native=False)
     own = run(server, "own_lora", native=False, lora=True)
     native = run(server, "native_lora", native=True, lora=True)
-    print(f"LoRA: native vs FillScope's LoRA node {rel(native, own):.2g}, LoRA effect {rel(own, base):.2g} relative "
+    print(f"LoRA: native vs FillScope's LoRA node {max_rel(native, own):.2g}, LoRA effect {max_rel(own, base):.2g} relative "
           "(measured, CPU fp32)")
-    assert rel(own, base) > 1e-2  # the LoRA does change the result
-    assert rel(native, own) <= 1e-4
+    assert max_rel(own, base) > 1e-2  # the LoRA does change the result
+    assert max_rel(native, own) <= 1e-4
 
 
 def test_both_or_neither_denoiser_wired_is_refused_naming_both_inputs(server):

@@ -26,9 +26,9 @@ import shutil
 
 import pytest
 import torch
-from comfy_server import ComfyExecutionError
-from comfy_server import server_with_test_nodes as nodes_server  # (aliased: pytest would collect a test_* name)
-from safetensors.torch import load_file, save_file
+from comfy_server import server_with_test_nodes
+from safetensors.torch import save_file
+from workflow_helpers import max_rel, refusal, run_saved
 
 pytestmark = pytest.mark.server
 
@@ -98,7 +98,7 @@ def server():
         (server.models_dir / "loras").mkdir(parents=True, exist_ok=True)
         save_file({k: v.contiguous() for k, v in peft_lora(transformer).items()}, str(server.models_dir / "loras" / LORA))
 
-    with nodes_server(prepare) as server:
+    with server_with_test_nodes(prepare) as server:
         yield server
 
 
@@ -153,24 +153,12 @@ def graph(name: str, *, native: bool, lora: bool = False, flux: bool = False, bo
     return g
 
 
-def latent(server, name: str) -> torch.Tensor:
-    return load_file(str(server.output_dir / "fillscope_native_fill" / f"{name}.safetensors"))["samples"]
-
-
-def rel(a, b) -> float:
-    return float((a - b).abs().max() / b.abs().max())
-
-
 def run(server, name: str, **kw) -> torch.Tensor:
-    server.run(graph(name, **kw), timeout=600)
-    return latent(server, name)
+    return run_saved(server, graph(name, **kw), name)
 
 
 def refused(server, **kw) -> str:
-    with pytest.raises(ComfyExecutionError) as e:
-        server.run(graph("refused", **kw), timeout=600)
-    print("refused:", str(e.value).splitlines()[1])  # the node's error line, as the user reads it
-    return str(e.value)
+    return refusal(server, graph("refused", **kw))
 
 
 # ---- tests -------------------------------------------------------------------------------------------------------
@@ -211,9 +199,9 @@ def test_native_sd3_model_gives_the_latents_of_fillscopes_own_transformer(server
     native = run(server, "native", native=True, **case)
     assert own.shape == native.shape == (1, 16, 12, 16)
     assert torch.isfinite(native).all()
-    print(f"native SD3 MODEL vs FillScope's transformer ({case}): {rel(native, own):.2g} relative "
+    print(f"native SD3 MODEL vs FillScope's transformer ({case}): {max_rel(native, own):.2g} relative "
           "(measured, CPU fp32)")
-    assert rel(native, own) <= 1e-4
+    assert max_rel(native, own) <= 1e-4
 
 
 def test_the_residual_mapping_changes_the_native_result_as_it_changes_fillscopes(server):
@@ -221,8 +209,8 @@ def test_the_residual_mapping_changes_the_native_result_as_it_changes_fillscopes
     call follows the option, not a mapping of its own."""
     one = run(server, "native_one", native=True, cfg=5.0)
     dif = run(server, "native_diffusers", native=True, cfg=5.0, residual_mapping="diffusers")
-    print(f"residual mapping effect on the native result: {rel(dif, one):.2g} relative (measured)")
-    assert rel(dif, one) > 1e-3
+    print(f"residual mapping effect on the native result: {max_rel(dif, one):.2g} relative (measured)")
+    assert max_rel(dif, one) > 1e-3
 
 
 def test_a_bf16_controlnet_runs_with_the_float32_native_model(server):
@@ -230,18 +218,18 @@ def test_a_bf16_controlnet_runs_with_the_float32_native_model(server):
     inputs in its own dtype and its residuals are cast to the MODEL's compute dtype."""
     full = run(server, "native_cn_fp32", native=True, cfg=5.0)
     half = run(server, "native_cn_bf16", native=True, cfg=5.0, controlnet_dtype="bf16")
-    print(f"bf16 ControlNet vs fp32 ControlNet on the native MODEL: {rel(half, full):.2g} relative (measured)")
-    assert torch.isfinite(half).all() and rel(half, full) <= 5e-2
+    print(f"bf16 ControlNet vs fp32 ControlNet on the native MODEL: {max_rel(half, full):.2g} relative (measured)")
+    assert torch.isfinite(half).all() and max_rel(half, full) <= 5e-2
 
 
 def test_a_native_lora_changes_the_output_as_fillscopes_sd3_lora_node_does(server):
     base = run(server, "base", native=False, cfg=5.0)
     own = run(server, "own_lora", native=False, lora=True, cfg=5.0)
     native = run(server, "native_lora", native=True, lora=True, cfg=5.0)
-    print(f"LoRA: native vs FillScope's SD3 LoRA node {rel(native, own):.2g}, LoRA effect {rel(own, base):.2g} "
+    print(f"LoRA: native vs FillScope's SD3 LoRA node {max_rel(native, own):.2g}, LoRA effect {max_rel(own, base):.2g} "
           "relative (measured, CPU fp32)")
-    assert rel(own, base) > 1e-2  # the LoRA does change the result
-    assert rel(native, own) <= 1e-4
+    assert max_rel(own, base) > 1e-2  # the LoRA does change the result
+    assert max_rel(native, own) <= 1e-4
 
 
 def test_both_or_neither_denoiser_wired_is_refused_naming_both_inputs(server):

@@ -74,3 +74,37 @@ def api_node(info: dict, class_type: str, **inputs) -> dict:
         elif kind == "COMBO" and opts.get("options"):
             values[name] = opts["options"][0]
     return {"class_type": class_type, "inputs": {**values, **inputs}}
+
+
+# ---- FillScope's samplers on a native MODEL vs their own transformer (tests/test_server_native_*.py) ----------------
+
+SAVED_LATENTS = "fillscope_native_fill"  # NativeFillTestSaveFSLatent's folder in the output folder (tests/comfy_nodes)
+
+
+def saved_latent(server, name: str):
+    """The latents NativeFillTestSaveFSLatent saved as `name`."""
+    from safetensors.torch import load_file
+
+    return load_file(str(server.output_dir / SAVED_LATENTS / f"{name}.safetensors"))["samples"]
+
+
+def max_rel(a, b) -> float:
+    """max |a - b| over max |b|: the relative error the equality tests hold to 1e-4."""
+    return float((a - b).abs().max() / b.abs().max())
+
+
+def run_saved(server, graph: dict, name: str):
+    """Run `graph`, which saves its latents as `name`; those latents."""
+    server.run(graph, timeout=600)
+    return saved_latent(server, name)
+
+
+def refusal(server, graph: dict) -> str:
+    """The error of a prompt the server must refuse (ComfyExecutionError), its node's line printed as a user reads it."""
+    import pytest
+    from comfy_server import ComfyExecutionError
+
+    with pytest.raises(ComfyExecutionError) as e:
+        server.run(graph, timeout=600)
+    print("refused:", str(e.value).splitlines()[1] if "\n" in str(e.value) else e.value)
+    return str(e.value)

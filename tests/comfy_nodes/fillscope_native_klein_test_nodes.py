@@ -14,7 +14,7 @@ loaded from this folder as an extra custom_nodes path; never part of the pack.
   Flux builds at all. What the sampler must refuse, naming the version issue.
   kind "klein_ref_index_scale_1": the tiny klein with ref_index_scale 1 (FluxParams' default, FLUX.1 Kontext's
   spacing) instead of model_detection's 10: references at other positions than klein's, refused.
-- NativeKleinTestSaveFSLatent: a FillScope FS_LATENT's latents to <output>/fillscope_native_klein/<name>.safetensors.
+The latents are saved by NativeFillTestSaveFSLatent (fillscope_native_fill_test_nodes.py, same folder).
 """
 
 from __future__ import annotations
@@ -100,29 +100,6 @@ class TinyKlein:
         return (comfy.model_patcher.ModelPatcher(model, load_device=mm.get_torch_device(), offload_device=offload),)
 
 
-class SaveFSLatent:
-    @classmethod
-    def INPUT_TYPES(cls):
-        return {"required": {"latent": ("FS_LATENT",), "name": ("STRING", {"default": "latent"})}}
-
-    RETURN_TYPES = ()
-    FUNCTION = "save"
-    OUTPUT_NODE = True
-    CATEGORY = CATEGORY
-
-    def save(self, latent, name):
-        import folder_paths
-        from safetensors.torch import save_file
-
-        value = getattr(latent, "value", latent)  # FillScope's sockets carry Traced(value, records)
-        folder = os.path.join(folder_paths.get_output_directory(), "fillscope_native_klein")
-        os.makedirs(folder, exist_ok=True)
-        save_file({"samples": value.latents.detach().float().cpu().contiguous()},
-                  os.path.join(folder, f"{name}.safetensors"))
-        return {}
-
-
 NODE_CLASS_MAPPINGS = {
     "NativeKleinTestTinyKlein": TinyKlein,
-    "NativeKleinTestSaveFSLatent": SaveFSLatent,
 }
