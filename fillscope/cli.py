@@ -179,7 +179,7 @@ def main(argv=None) -> int:
                          "default: ComfyUI's own")
     tr.add_argument("--out", type=path_arg, default=Path("out"))
     bt = sub.add_parser("batch", help="run a JSON-lines manifest of inpainting jobs (in this process, or on Ray)")
-    bt.add_argument("manifest", type=path_arg, help="one job a line (README: Batches)")
+    bt.add_argument("manifest", type=path_arg, help="one job a line (docs/batches.md)")
     bt.add_argument("--out", type=path_arg, required=True, metavar="DIR",
                     help="DIR/<id>.png, DIR/<id>.shapes.json and DIR/batch.jsonl; a rerun skips finished jobs")
     bt.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])

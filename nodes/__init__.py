@@ -5,7 +5,7 @@ calls the engine in ../fillscope."""
 def all_nodes() -> list:
     # lazy: the node modules import comfy_api, present only once ComfyUI calls comfy_entrypoint
     from . import flux_fill, image, inspect, klein, loaders, sd3_inpaint, text, trace
-    from . import native  # ComfyUI CONDITIONING -> FillScope's FLUX / SD3 text
+    from . import native  # ComfyUI CONDITIONING -> FillScope's FLUX / SD3 / klein text
     from . import lora  # LoRA on the FLUX.1 Fill / SD3 / klein transformers
     from . import compositing  # crop and stitch, several regions
     from . import outpaint  # outpaint pad: the larger canvas and the mask of its new area

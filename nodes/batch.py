@@ -228,7 +228,7 @@ class FillScopeBatch(FillScopeNode):
             display_name="FillScope Batch",
             category=c.CATEGORY + "/batch",
             description=(
-                "Runs a batch manifest (one JSON job a line, as `python -m fillscope batch`; README: Batches) from "
+                "Runs a batch manifest (one JSON job a line, as `python -m fillscope batch`; docs/batches.md) from "
                 "ComfyUI's input folder and writes <id>.png, <id>.shapes.json and batch.jsonl into a sub-folder of "
                 "the output folder; a rerun skips the jobs that finished. Paths in the manifest are relative to its "
                 "folder: images and masks must be in the input folder, weights in ComfyUI's model folders (or "

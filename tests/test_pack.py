@@ -23,7 +23,7 @@ NODE_IDS = sorted([
     "FillScopeSD3TextCondition", "FillScopeQwen3Encode",
     "FillScopeFluxPrompt", "FillScopeSD3Prompt",  # one prompt box per prompt (issue 12)
     # ComfyUI CONDITIONING in
-    "FillScopeFluxTextFromConditioning", "FillScopeSD3TextFromConditioning",
+    "FillScopeFluxTextFromConditioning", "FillScopeSD3TextFromConditioning", "FillScopeKleinTextFromConditioning",
     # FLUX.1 Fill, SD3 + inpainting ControlNet, FLUX.2 [klein]
     "FillScopeFluxFillCondition", "FillScopeFluxFillSampler",
     "FillScopeSD3InpaintCondition", "FillScopeSD3ControlNetInpaintSampler",
