@@ -128,7 +128,7 @@ def read_lora(path, comp: Component, input_name: str = "lora_name") -> LoraFile:
     raw, layout = None, None
     if comp.kind == "flux_fill_transformer" and any(".processor." in k for k in header):
         raw = _xlabs(_load(path, input_name), path, input_name)  # XLabs: diffusers' own converter
-        layout = "XLabs (converted by diffusers' _convert_xlabs_flux_lora_to_diffusers)"
+        layout = "XLabs (converted by diffusers' FLUX LoRA loader, FluxLoraLoaderMixin.lora_state_dict)"
     groups, text, other = _group(raw if raw is not None else header)
     if not groups:
         if text:
@@ -261,11 +261,13 @@ def _load(path: Path, input_name: str) -> dict:
 
 def _xlabs(raw: dict, path: Path, input_name: str) -> dict:
     """An XLabs FLUX.1 LoRA (`*.processor.qkv_lora1.down.weight`, ...) in diffusers names, by diffusers' converter
-    (it refuses keys it does not place, so nothing is dropped unsaid)."""
-    from diffusers.loaders.lora_conversion_utils import _convert_xlabs_flux_lora_to_diffusers
+    (it refuses keys it does not place, so nothing is dropped unsaid), reached through the public FLUX LoRA loader:
+    given a dict of XLabs keys (no kohya `.lora_down.` key), `lora_state_dict` returns exactly the converter's
+    result, and the converter's own name is private."""
+    from diffusers.loaders import FluxLoraLoaderMixin
 
     try:
-        return _convert_xlabs_flux_lora_to_diffusers(dict(raw))
+        return FluxLoraLoaderMixin.lora_state_dict(dict(raw))
     except (ValueError, KeyError, AttributeError, RuntimeError) as e:
         raise FillScopeInputError(input_name, f"'{path.name}' looks like an XLabs FLUX.1 LoRA, but diffusers' XLabs "
                                   f"converter cannot read it ({type(e).__name__}: {str(e)[:160]}).",

@@ -12,6 +12,7 @@ import zlib
 from pathlib import Path
 
 from .errors import FillScopeInputError
+from .requirements import check_installed
 from .specs import COMPONENTS, shipped_config
 
 DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
@@ -27,6 +28,7 @@ def torch_dtype(name: str):
 
 def model_class(kind: str, class_name: str | None = None):
     """The diffusers/transformers class of a component (`class_name` overrides the component's own)."""
+    check_installed()  # every model is built here: the versions checked before the first class is looked up
     spec = COMPONENTS[kind]
     name = class_name or spec.class_name
     if spec.library == "diffusers":

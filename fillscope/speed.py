@@ -102,7 +102,7 @@ def step_cache(model, kind: str = "off", steps: int = 28, threshold: float | Non
     if kind == "off":
         yield None
         return
-    from diffusers.models.cache_utils import CacheMixin
+    from diffusers import CacheMixin
 
     if not isinstance(model, CacheMixin):
         raise FillScopeInputError("step_cache", f"is {kind!r}, and diffusers has no step cache for "

@@ -25,6 +25,7 @@ from .models import (  # noqa: F401  (DTYPES, count_parameters, fill_placeholder
     DTYPES, build_on_meta, check_component_config, check_room_for, count_parameters, fill_placeholder, key_list,
     model_class, n_tensors, torch_dtype,
 )
+from .requirements import check_installed
 from .specs import COMPONENTS, PIPELINE_LAYOUTS, qwen3_kept_config, shipped_config
 
 META = "meta"
@@ -85,16 +86,6 @@ def resolve_device(device: str, source: str) -> str:
         if not torch.cuda.is_available():
             raise FillScopeInputError("device", "CUDA was requested but no CUDA device is available.", "set device to auto or cpu.")
     return device
-
-
-def _dtype_kwarg() -> str:
-    """diffusers >= 0.42 takes `dtype` (torch_dtype still works there but warns); older releases torch_dtype."""
-    try:
-        from diffusers.utils import deprecation_utils
-
-        return "dtype" if hasattr(deprecation_utils, "_TORCH_DTYPE_DEPRECATION_MESSAGE") else "torch_dtype"
-    except ImportError:
-        return "torch_dtype"
 
 
 def read_json_file(path: Path, input_name: str) -> dict:
@@ -281,7 +272,8 @@ def load_from_folder(kind: str, sub: Path, dtype: str, device: str, input_name: 
     try:
         if spec.library == "diffusers":
             cls = model_class(kind, config.get("_class_name"))
-            model, info = cls.from_pretrained(sub, **checked, **{_dtype_kwarg(): td}, **overrides)
+            # `dtype`: every diffusers FillScope accepts takes it (fillscope/requirements.py); torch_dtype warns
+            model, info = cls.from_pretrained(sub, **checked, dtype=td, **overrides)
         elif kind == "qwen3":
             # a Qwen3ForCausalLM folder loads as Qwen3Model with the layers the condition reads (qwen3_kept_config)
             kept = qwen3_kept_config(config)["num_hidden_layers"]
@@ -337,6 +329,7 @@ def load_component(
     """Load one component from a weight source ('meta', 'placeholder', a diffusers folder path or a single
     .safetensors file). `variant` picks the shipped config for meta/placeholder (e.g. sd3.5-large); a folder
     brings its own config, a file the one its shapes say."""
+    check_installed()  # a too-old diffusers / transformers refused by name before torch or any weight loads
     source_str = str(source)
     dev = resolve_device(device, source_str)
     td = torch_dtype(dtype)

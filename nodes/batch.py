@@ -197,12 +197,22 @@ def ray_engine():
 
 
 def import_ray():
+    """Ray, in the versions the cluster extra declares (fillscope.requirements), or a refusal naming run_on."""
+    from ..fillscope.requirements import OPTIONAL
+
+    line = OPTIONAL["cluster"][0].line
     try:
         import ray
     except ImportError:
         raise FillScopeInputError("run_on", "needs the ray package, which ComfyUI's Python does not have.",
-                                  "pip install 'ray>=2.60' into ComfyUI's Python environment, or run on "
+                                  f"pip install '{line}' into ComfyUI's Python environment, or run on "
                                   "'this process'.") from None
+    try:
+        from ..fillscope.requirements import check_installed
+
+        check_installed(("ray",))
+    except FillScopeInputError as e:
+        raise FillScopeInputError("run_on", e.problem, f"pip install '{line}', or run on 'this process'.") from None
     return ray
 
 

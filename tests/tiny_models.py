@@ -333,12 +333,8 @@ def save_pipeline_folder(
 
 
 def load_kwargs() -> dict[str, Any]:
-    """``from_pretrained`` keywords for an offline fp32 load. diffusers 0.42 renamed ``torch_dtype`` to ``dtype``
-    (the old name still works but warns); older releases only know ``torch_dtype``."""
-    from diffusers.utils import deprecation_utils
-
-    dtype_kw = "dtype" if hasattr(deprecation_utils, "_TORCH_DTYPE_DEPRECATION_MESSAGE") else "torch_dtype"
-    return {"local_files_only": True, dtype_kw: torch.float32}
+    """``from_pretrained`` keywords for an offline fp32 load (``dtype``: diffusers >= 0.42, the declared minimum)."""
+    return {"local_files_only": True, "dtype": torch.float32}
 
 
 def quiet_on_cpu(pipe):

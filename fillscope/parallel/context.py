@@ -170,9 +170,11 @@ def enable_context_parallel(model, degree: int, mesh=None):
     group's (which must then have `degree` ranks). Returns diffusers' ParallelConfig; the model stays parallel until
     `disable_context_parallel`."""
     import torch.distributed as dist
-    from diffusers.hooks.context_parallel import apply_context_parallel
-    from diffusers.models._modeling_parallel import ContextParallelConfig, ParallelConfig
-    from diffusers.models.attention_dispatch import AttentionBackendName, _AttentionBackendRegistry
+    from diffusers import AttentionBackendName, ContextParallelConfig, ParallelConfig
+    from diffusers.hooks import apply_context_parallel
+    # the one private name left: diffusers has no public "does this backend have a context-parallel form" (its own
+    # enable_parallelism asks the registry the same way), and the answer is needed before any hook goes on
+    from diffusers.models.attention_dispatch import _AttentionBackendRegistry
 
     _check_model(model)
     check_degree(degree, model.config)
