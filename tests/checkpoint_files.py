@@ -410,3 +410,20 @@ def kohya_lora(bfl: dict, seed: int = 0, rank: int = 4, alpha: float = 8.0) -> d
         out[f"{name}.lora_up.weight"] = torch.randn(w.shape[0], rank, generator=g) * 0.1
         out[f"{name}.alpha"] = torch.tensor(alpha)
     return out
+
+
+def pack_module(submodule: str):
+    """A module of the pack (e.g. "nodes.native") in this process: ComfyUI's modules on sys.path (comfy()), the pack
+    imported once under a private name, as ComfyUI imports it from custom_nodes."""
+    import importlib
+    import importlib.util
+
+    comfy()
+    name = "fillscope_pack_under_test"
+    if name not in sys.modules:
+        repo = Path(__file__).resolve().parent.parent
+        spec = importlib.util.spec_from_file_location(name, repo / "__init__.py", submodule_search_locations=[str(repo)])
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return importlib.import_module(f"{name}.{submodule}")

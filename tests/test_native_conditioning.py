@@ -485,22 +485,10 @@ def test_sd3_one_pass_each_equals_the_cfg_batch(server, sd3_engine):
 
 @pytest.fixture(scope="module")
 def native():
-    """nodes/native.py in this process, the pack imported under a private name (ComfyUI's modules on sys.path)."""
-    import importlib
-    import importlib.util
-    import sys
-
+    """nodes/native.py in this process (checkpoint_files.pack_module)."""
     import checkpoint_files
 
-    checkpoint_files.comfy()
-    repo = Path(__file__).resolve().parent.parent
-    name = "fillscope_pack_under_test"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, repo / "__init__.py", submodule_search_locations=[str(repo)])
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return importlib.import_module(f"{name}.nodes.native")
+    return checkpoint_files.pack_module("nodes.native")
 
 
 def execute(node_class, conditioning):

@@ -23,7 +23,7 @@ import comfy_server
 import pytest
 import torch
 from safetensors.torch import save_file
-from workflow_helpers import api_node, max_rel, refusal, run_saved
+from workflow_helpers import api_node, max_rel, refusal, run_saved, wire_denoiser
 
 pytestmark = pytest.mark.server
 
@@ -96,28 +96,12 @@ def graph(info, name: str, *, native: bool, kind: str = "klein", edit: bool = Fa
     if base:
         g["n"] = api_node(info, "FillScopeQwen3Encode", qwen3=["q", 0], text="")
         sampler["negative"] = ["n", 0]
-    if native or both:
-        model = ["m", 0]
-        if inspect:
-            g["i"] = api_node(info, "FillScopeInspectModel", model=["m", 0])
-            model = ["i", 0]
-        if interrupt_at:  # tests/comfy_nodes/fillscope_native_model_test_nodes.py
-            g["stop"] = api_node(info, "NativeTestInterruptAtCall", model=["m", 0], call=interrupt_at)
-            model = ["stop", 0]
-        if lora:
-            g["l"] = api_node(info, "LoraLoaderModelOnly", model=["m", 0], lora_name=LORA, strength_model=1.0)
-            model = ["l", 0]
-        sampler["model"] = model
-    if not native or both:
-        transformer = ["t", 0]
-        if lora:
-            g["l2"] = api_node(info, "FillScopeKleinLoRA", transformer=["t", 0], lora_name=LORA, strength=1.0)
-            transformer = ["l2", 0]
-        sampler["transformer"] = transformer
-    if neither:
-        sampler.pop("model", None), sampler.pop("transformer", None)
-    if "model" not in sampler:
-        del g["m"]
+    before_lora = [("i", "FillScopeInspectModel", {})] if inspect else []
+    if interrupt_at:  # tests/comfy_nodes/fillscope_native_model_test_nodes.py
+        before_lora.append(("stop", "NativeTestInterruptAtCall", {"call": interrupt_at}))
+    wire_denoiser(g, sampler, lambda class_type, **inputs: api_node(info, class_type, **inputs), native=native,
+                  both=both, neither=neither, lora=lora, lora_name=LORA, transformer="t",
+                  lora_node="FillScopeKleinLoRA", before_lora=before_lora)
     return g
 
 

@@ -19,7 +19,7 @@ import pytest
 import torch
 from comfy_server import server_with_test_nodes
 from safetensors.torch import save_file
-from workflow_helpers import max_rel, refusal, run_saved
+from workflow_helpers import max_rel, refusal, run_saved, wire_denoiser
 
 pytestmark = pytest.mark.server
 
@@ -77,25 +77,10 @@ def graph(name: str, *, native: bool, lora: bool = False, context_in_dim: int = 
     sampler = g["8"]["inputs"]
     if soft:
         sampler["soft_mask"] = ["6", 1]
-    if native or both:
-        model = ["m", 0]
-        if interrupt_at:  # ComfyUI's own APPLY_MODEL wrapper (tests/comfy_nodes/fillscope_native_model_test_nodes.py)
-            g["stop"] = n("NativeTestInterruptAtCall", model=["m", 0], call=interrupt_at)
-            model = ["stop", 0]
-        if lora:
-            g["l"] = n("LoraLoaderModelOnly", model=["m", 0], lora_name=LORA, strength_model=1.0)
-            model = ["l", 0]
-        sampler["model"] = model
-    if not native or both:
-        transformer = ["3", 0]
-        if lora:
-            g["l2"] = n("FillScopeFluxFillLoRA", transformer=["3", 0], lora_name=LORA, strength=1.0)
-            transformer = ["l2", 0]
-        sampler["transformer"] = transformer
-    if neither:
-        sampler.pop("model", None), sampler.pop("transformer", None)
-    if not (native or both) or neither:
-        del g["m"]
+    # interrupt_at: ComfyUI's own APPLY_MODEL wrapper (tests/comfy_nodes/fillscope_native_model_test_nodes.py)
+    stop = [("stop", "NativeTestInterruptAtCall", {"call": interrupt_at})] if interrupt_at else []
+    wire_denoiser(g, sampler, n, native=native, both=both, neither=neither, lora=lora, lora_name=LORA,
+                  transformer="3", lora_node="FillScopeFluxFillLoRA", before_lora=stop)
     return g
 
 

@@ -28,7 +28,7 @@ import pytest
 import torch
 from comfy_server import server_with_test_nodes
 from safetensors.torch import save_file
-from workflow_helpers import max_rel, refusal, run_saved
+from workflow_helpers import max_rel, refusal, run_saved, wire_denoiser
 
 pytestmark = pytest.mark.server
 
@@ -134,22 +134,9 @@ def graph(name: str, *, native: bool, lora: bool = False, flux: bool = False, bo
     sampler = g["11"]["inputs"]
     if soft:
         sampler["soft_mask"] = ["9", 1]
-    if native or both:
-        g["m"] = n("NativeSD3TestTinyFlux") if flux else n("NativeSD3TestTinySD3", folder=FOLDER)
-        model = ["m", 0]
-        if lora:
-            g["l"] = n("LoraLoaderModelOnly", model=["m", 0], lora_name=LORA, strength_model=1.0)
-            model = ["l", 0]
-        sampler["model"] = model
-    if not native or both:
-        transformer = ["4", 0]
-        if lora:
-            g["l2"] = n("FillScopeSD3LoRA", transformer=["4", 0], lora_name=LORA, strength=1.0)
-            transformer = ["l2", 0]
-        sampler["transformer"] = transformer
-    if neither:
-        sampler.pop("model", None), sampler.pop("transformer", None)
-        g.pop("m", None)
+    g["m"] = n("NativeSD3TestTinyFlux") if flux else n("NativeSD3TestTinySD3", folder=FOLDER)
+    wire_denoiser(g, sampler, n, native=native, both=both, neither=neither, lora=lora, lora_name=LORA,
+                  transformer="4", lora_node="FillScopeSD3LoRA")
     return g
 
 

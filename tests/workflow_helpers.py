@@ -108,3 +108,31 @@ def refusal(server, graph: dict) -> str:
         server.run(graph, timeout=600)
     print("refused:", str(e.value).splitlines()[1] if "\n" in str(e.value) else e.value)
     return str(e.value)
+
+
+def wire_denoiser(g: dict, sampler: dict, node, *, native: bool, both: bool, neither: bool, lora: bool,
+                  lora_name: str, transformer: str, lora_node: str, model: str = "m", before_lora=()) -> None:
+    """A FillScope sampler's denoiser as the native-MODEL tests wire it into graph `g` (node ids l / l2): ComfyUI's
+    MODEL from node `model` (through each (id, class_type, extra inputs) of `before_lora` in turn, the last one
+    winning, then LoraLoaderModelOnly), FillScope's transformer from node `transformer` (through the family's
+    `lora_node`), both (`both`) or neither (`neither`); `node(class_type, **inputs)` makes a node. The MODEL node is
+    dropped when nothing reads it."""
+    if native or both:
+        wired = [model, 0]
+        for node_id, class_type, extra in before_lora:
+            g[node_id] = node(class_type, model=[model, 0], **extra)
+            wired = [node_id, 0]
+        if lora:
+            g["l"] = node("LoraLoaderModelOnly", model=[model, 0], lora_name=lora_name, strength_model=1.0)
+            wired = ["l", 0]
+        sampler["model"] = wired
+    if not native or both:
+        wired = [transformer, 0]
+        if lora:
+            g["l2"] = node(lora_node, transformer=[transformer, 0], lora_name=lora_name, strength=1.0)
+            wired = ["l2", 0]
+        sampler["transformer"] = wired
+    if neither:
+        sampler.pop("model", None), sampler.pop("transformer", None)
+    if "model" not in sampler:
+        g.pop(model, None)
