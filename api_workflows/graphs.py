@@ -22,7 +22,6 @@ import notes
 
 HERE = Path(__file__).parent  # the API files (and this generator): a folder ComfyUI's template scan does not read
 EXAMPLES = HERE.parent / "example_workflows"  # the UI files: what ComfyUI's template browser lists
-SPREAD = (1.75, 1.6)  # canvas units per graph unit (x, y)
 NOTE_TYPES = ("Note", "MarkdownNote")  # the frontend's own nodes: on the canvas only, never sent to the server
 # Group title -> colour (LiteGraph's group palette, as ComfyUI's own templates use it)
 GROUP_COLORS = {"Load models": "#3f789e", "Prompt": "#8A8", "Image and mask": "#b58b2a", "Sample": "#a1309b",
@@ -34,9 +33,9 @@ class Node:
     id: int
     type: str
     inputs: dict  # widget values, or (node_id, output_slot) links
-    pos: tuple = (0, 0)
+    pos: tuple = (0, 0)  # graph units: only the order in its group (x, then y); layout() places the node
     title: str | None = None
-    size: tuple = (320, 160)
+    size: tuple = (320, 160)  # width; the height is a floor only where content cannot size the node (node_height)
     models: list = field(default_factory=list)  # files the canvas offers to download (properties.models)
 
 
@@ -47,6 +46,7 @@ class Graph:
     nodes: list = field(default_factory=list)
     groups: list = field(default_factory=list)  # (title, [node ids]): coloured boxes on the canvas (GROUP_COLORS)
     note: str = ""  # the read-me (markdown) on the canvas: downloads, or what a meta workflow shows
+    node_columns: dict = field(default_factory=dict)  # group title -> [[node ids]]: its node columns (arrangement)
 
 def _loader(node_id, type_, source, dtype, pos, device="auto", models=(), **extra):
     return Node(node_id, type_, {"source": source, **extra, "dtype": dtype, "device": device, "placeholder_seed": 0}, pos,
@@ -55,37 +55,54 @@ def _loader(node_id, type_, source, dtype, pos, device="auto", models=(), **extr
 
 # Published single files: part -> (ComfyUI model folder, file name, URL). A loader's source is "<folder>/<name>"; the
 # model dicts are ComfyUI's template format (name, url, directory), on the loader and in the workflow's `models`.
+# The URLs are the ones ComfyUI's own templates and examples give (Comfy-Org's repackaged copies: downloadable
+# without a Hugging Face login), and the file name at the end of each URL is the name the loader's source reads (the
+# Missing Models dialog saves a download under `name`). Files only a gated repository publishes are in GATED: each
+# template's note names them (notes.gated_line).
 FLUX_FILL_FILES = {
+    # Comfy-Org/workflow_templates templates/flux_fill_inpaint_example.json (DualCLIPLoader, UNETLoader, VAELoader)
     "clip_l": ("text_encoders", "clip_l.safetensors",
                "https://huggingface.co/comfyanonymous/flux_text_encoders/resolve/main/clip_l.safetensors"),
     "t5": ("text_encoders", "t5xxl_fp16.safetensors",
            "https://huggingface.co/comfyanonymous/flux_text_encoders/resolve/main/t5xxl_fp16.safetensors"),
     "transformer": ("diffusion_models", "flux1-fill-dev.safetensors",
-                    "https://huggingface.co/black-forest-labs/FLUX.1-Fill-dev/resolve/main/flux1-fill-dev.safetensors"),
-    "vae": ("vae", "ae.safetensors", "https://huggingface.co/black-forest-labs/FLUX.1-schnell/resolve/main/ae.safetensors"),
+                    "https://huggingface.co/Comfy-Org/flux1-dev/resolve/main/split_files/diffusion_models/"
+                    "flux1-fill-dev.safetensors"),
+    "vae": ("vae", "ae.safetensors",
+            "https://huggingface.co/Comfy-Org/Lumina_Image_2.0_Repackaged/resolve/main/split_files/vae/ae.safetensors"),
 }
+# Text encoders: comfyanonymous/ComfyUI_examples sd3/README.md ("the text encoder files ... from SD3, Flux or other
+# models": clip_l, clip_g, t5xxl_fp16 in Comfy-Org/stable-diffusion-3.5-fp8). sd3_medium.safetensors is published only
+# by the gated stabilityai/stable-diffusion-3-medium (ComfyUI_examples sd3/README_old.md links it there).
+_SD3_TE = "https://huggingface.co/Comfy-Org/stable-diffusion-3.5-fp8/resolve/main/text_encoders/"
 _SD3 = "https://huggingface.co/stabilityai/stable-diffusion-3-medium/resolve/main/"
 SD3_FILES = {
-    "clip_l": ("text_encoders", "clip_l.safetensors", _SD3 + "text_encoders/clip_l.safetensors"),
-    "clip_g": ("text_encoders", "clip_g.safetensors", _SD3 + "text_encoders/clip_g.safetensors"),
-    "t5": ("text_encoders", "t5xxl_fp16.safetensors", _SD3 + "text_encoders/t5xxl_fp16.safetensors"),
+    "clip_l": ("text_encoders", "clip_l.safetensors", _SD3_TE + "clip_l.safetensors"),
+    "clip_g": ("text_encoders", "clip_g.safetensors", _SD3_TE + "clip_g.safetensors"),
+    "t5": ("text_encoders", "t5xxl_fp16.safetensors", _SD3_TE + "t5xxl_fp16.safetensors"),
     # sd3_medium.safetensors holds the MMDiT and the VAE (no text encoders): both loaders read it
     "transformer": ("checkpoints", "sd3_medium.safetensors", _SD3 + "sd3_medium.safetensors"),
     "vae": ("checkpoints", "sd3_medium.safetensors", _SD3 + "sd3_medium.safetensors"),
-    # published as diffusion_pytorch_model.safetensors; the loader reads what it is from the header, any name works
+    # alimama-creative publishes it only as diffusion_pytorch_model.safetensors, and no ComfyUI template
+    # repackages it: the one file whose URL ends in another name (RENAMED). ComfyUI_examples sd3/README_old.md says the
+    # same of SD3 ControlNets ("rename it to something clear"); the dialog saves it under `name`.
     "controlnet": ("controlnet", "SD3-Controlnet-Inpainting.safetensors",
                    "https://huggingface.co/alimama-creative/SD3-Controlnet-Inpainting/resolve/main/"
                    "diffusion_pytorch_model.safetensors"),
 }
-# FLUX.2 [klein] 4B distilled as published.
+# FLUX.2 [klein] 4B distilled: Comfy-Org/workflow_templates templates/image_flux2_klein_text_to_image.json (its read-me's
+# model links: Comfy-Org/flux2-klein for the model and Qwen3, Comfy-Org/flux2-dev for the VAE).
 KLEIN_4B_FILES = {
     "qwen3": ("text_encoders", "qwen_3_4b.safetensors",
-              "https://huggingface.co/Comfy-Org/z_image_turbo/resolve/main/split_files/text_encoders/qwen_3_4b.safetensors"),
+              "https://huggingface.co/Comfy-Org/flux2-klein/resolve/main/split_files/text_encoders/qwen_3_4b.safetensors"),
     "transformer": ("diffusion_models", "flux-2-klein-4b.safetensors",
-                    "https://huggingface.co/black-forest-labs/FLUX.2-klein-4B/resolve/main/flux-2-klein-4b.safetensors"),
+                    "https://huggingface.co/Comfy-Org/flux2-klein/resolve/main/split_files/diffusion_models/"
+                    "flux-2-klein-4b.safetensors"),
     "vae": ("vae", "flux2-vae.safetensors",
             "https://huggingface.co/Comfy-Org/flux2-dev/resolve/main/split_files/vae/flux2-vae.safetensors"),
 }
+GATED = {"sd3_medium.safetensors"}  # file names whose only published copy is in a gated repository
+RENAMED = {"SD3-Controlnet-Inpainting.safetensors"}  # file names the dialog saves under a name its URL does not end in
 
 
 def published(files) -> tuple[dict, dict]:
@@ -172,19 +189,21 @@ def load_image(node_id, pos) -> Node:
 
 
 def inpaint_outputs(first, decode, sampler, name, x=1900) -> list:
-    """Paste Back -> Save Image, and a Shapes Report of the whole graph."""
+    """Paste Back -> the Shapes Report of the whole graph, which saves the image too: image and report under one
+    number (<name>_00007_.png beside <name>_00007_.html), where a Save Image beside it would count on its own."""
     return [
         Node(first, "FillScopePasteBack", {"generated": (decode, 0), "latent": (sampler, 0)}, (x, 120), size=(320, 100)),
-        Node(first + 1, "SaveImage", {"images": (first, 0), "filename_prefix": f"fillscope/{name}"}, (x + 220, 120),
-             size=(400, 420)),
-        Node(first + 2, "FillScopeShapesReport", {"shapes": (first, 1), "filename_prefix": f"fillscope/{name}"},
-             (x, 260), size=(320, 120)),
+        report(first + 2, first, name, (x + 220, 120), images=(first, 0)),
     ]
 
 
-def report(node_id, shapes_of, name, pos=(1900, 120)) -> Node:
-    return Node(node_id, "FillScopeShapesReport", {"shapes": (shapes_of, 1), "filename_prefix": f"fillscope/{name}"}, pos,
-                size=(320, 120))
+def report(node_id, shapes_of, name, pos=(1900, 120), images=None) -> Node:
+    """A Shapes Report of `shapes_of`'s record; with `images` it saves that IMAGE beside its report, one number for
+    both (it then shows the image, so it gets a Save Image's size)."""
+    inputs = {"shapes": (shapes_of, 1), "filename_prefix": f"fillscope/{name}"}
+    if images is None:
+        return Node(node_id, "FillScopeShapesReport", inputs, pos, size=(320, 120))
+    return Node(node_id, "FillScopeShapesReport", {**inputs, "images": images}, pos, size=(400, 470))
 
 
 _FLUX_SOURCES, _FLUX_MODELS = published(FLUX_FILL_FILES)
@@ -211,7 +230,7 @@ GRAPHS = [
         note=notes.real_weights(
             "FLUX.1 Fill [dev] inpainting: 28 steps, guidance 30, bf16 (about 34 GB of weights; 12-16 GB cards: set "
             "storage = fp8_e4m3fn on the T5 and transformer loaders, under Show Advanced)",
-            FLUX_FILL_FILES.values(), extra=notes.gated("FLUX.1 Fill [dev]")),
+            FLUX_FILL_FILES.values(), gated=GATED),
     ),
     sd3_controlnet_graph(
         "sd3_controlnet_meta_trace",
@@ -234,9 +253,10 @@ GRAPHS = [
         note=notes.real_weights(
             "SD3-medium + alimama inpainting ControlNet: 28 steps, CFG 7 against the negative prompt, control scale "
             "0.95, bf16", SD3_FILES.values(),
-            extra=notes.gated("SD3-medium") + " The ControlNet is published as `diffusion_pytorch_model.safetensors`: "
-            "save it in `models/controlnet/` as `SD3-Controlnet-Inpainting.safetensors` (FillScope reads what a file is "
-            "from its header, so any name works; this one matches the workflow)."),
+            gated=GATED, extra="The ControlNet is published as `diffusion_pytorch_model.safetensors`: the Missing "
+            "Models dialog saves it under the workflow's name; by hand, save it in `models/controlnet/` as "
+            "`SD3-Controlnet-Inpainting.safetensors` (FillScope reads what a file is from its header, so any name "
+            "works; this one matches the workflow)."),
     ),
 ]
 
@@ -249,7 +269,7 @@ def klein_graph(name, description, *, sources, dtype, prompt, steps, image_nodes
     nodes = [
         _loader(1, "FillScopeLoadQwen3", sources["qwen3"], dtype, (0, 0), variant="qwen3-4b", models=models.get("qwen3", ())),
         _loader(2, "FillScopeLoadKleinTransformer", sources["transformer"], dtype, (0, 120), variant="klein-4b",
-                model_type="auto", models=models.get("transformer", ())),
+                models=models.get("transformer", ())),
         _loader(3, "FillScopeLoadVAE", sources["vae"], dtype, (0, 260), kind="flux2", models=models.get("vae", ())),
         Node(4, "FillScopeQwen3Encode", {"qwen3": (1, 0), "text": prompt}, (380, 0), size=(400, 200)),
         *image_nodes,
@@ -273,7 +293,7 @@ def klein_inpaint_condition(image_node: int = 5) -> Node:
 
 
 KLEIN_NOTE = ("klein 4B is distilled: 4 steps, no guidance (the sampler ignores `guidance`). For a base model "
-              "(flux-2-klein-base-4b) set model_type = base and wire a second Qwen3 Encode (an empty prompt) to the "
+              "(flux-2-klein-base-4b) set the sampler's model_type = base and wire a second Qwen3 Encode (an empty prompt) to the "
               "sampler's negative.")
 GRAPHS += [
     klein_graph(
@@ -287,7 +307,7 @@ GRAPHS += [
         condition=klein_inpaint_condition(),
         output_nodes=inpaint_outputs(9, 8, 7, "klein_inpaint"),
         note=notes.real_weights("FLUX.2 [klein] 4B inpainting: 4 steps, bf16 (about 15 GB of weights)",
-                                KLEIN_4B_FILES.values(), extra=KLEIN_NOTE),
+                                KLEIN_4B_FILES.values(), extra=KLEIN_NOTE, gated=GATED),
     ),
     klein_graph(
         "klein_edit",
@@ -299,13 +319,12 @@ GRAPHS += [
         condition=Node(6, "FillScopeKleinEditCondition", {"vae": (3, 0), "image": (5, 0), "width": 0, "height": 0},
                        (760, 260), size=(320, 200)),
         output_nodes=[
-            Node(9, "SaveImage", {"images": (8, 0), "filename_prefix": "fillscope/klein_edit"}, (1900, 120), size=(400, 420)),
-            report(10, 8, "klein_edit", (1520, 220)),
+            report(10, 8, "klein_edit", (1900, 120), images=(8, 0)),
         ],
         note=notes.real_weights(
             "FLUX.2 [klein] 4B reference-image editing: no mask, the prompt says what to change", KLEIN_4B_FILES.values(),
             extra="Wire up to three images to Klein Edit Condition (image, image_2, image_3); width / height 0 keep the "
-                  "first image's size.", image=False),
+                  "first image's size.", image=False, gated=GATED),
     ),
     klein_graph(
         "klein_inpaint_meta_trace",
@@ -336,21 +355,24 @@ def crop_node(node_id, photo, pos) -> Node:
 
 
 def stitch_outputs(first, decode, crop, name, x=1900) -> list:
-    """Stitch -> Save Image, and a Shapes Report of the whole graph: the stitch's record (the crop's travels with it)
+    """Stitch -> a Shapes Report of the whole graph that saves the image under the report's number (inpaint_outputs): the stitch's record (the crop's travels with it)
     and the decode's (the model's side: the crop reaches the condition as a plain IMAGE, which carries no record)."""
     return [
         Node(first, "FillScopeStitch", {"generated": (decode, 0), "stitch": (crop, 2), "feather": 8, "tone_match": False,
                                         "poisson": False}, (x, 120), size=(320, 160)),
-        Node(first + 1, "SaveImage", {"images": (first, 0), "filename_prefix": f"fillscope/{name}"}, (x + 220, 120),
-             size=(400, 420)),
         Node(first + 2, "FillScopeShapesReport", {"shapes": (first, 1), "filename_prefix": f"fillscope/{name}",
-                                                  "shapes_2": (decode, 1)}, (x, 300), size=(320, 120)),
+                                                  "shapes_2": (decode, 1), "images": (first, 0)}, (x + 220, 120),
+             size=(400, 470)),
     ]
 
 
 def with_photo(graph: Graph, photo: int) -> Graph:
-    """The photo node joins the "Image and mask" group."""
+    """The photo node joins the "Image and mask" group, over the crop (or pad) node, the condition in a second node
+    column: three nodes stacked would make the graph too tall to read at fit zoom."""
     graph.groups = [(t, ids + [photo] if t == "Image and mask" else ids) for t, ids in graph.groups]
+    ids = dict(graph.groups)["Image and mask"]
+    condition = next(n.id for n in graph.nodes if n.id in ids and n.type.endswith("Condition"))
+    graph.node_columns["Image and mask"] = [[photo] + [k for k in ids if k not in (photo, condition)], [condition]]
     return graph
 
 
@@ -364,7 +386,7 @@ GRAPHS += [
         image_nodes=[load_image(PHOTO, (380, 260)), crop_node(8, PHOTO, (380, 520))],
         output_nodes=stitch_outputs(12, 11, 8, "flux_fill_crop_stitch"),
         note=notes.real_weights("FLUX.1 Fill [dev], crop and stitch: any photo size, sampled at 1024 px",
-                                FLUX_FILL_FILES.values(), extra=CROP_NOTE + " " + notes.gated("FLUX.1 Fill [dev]")),
+                                FLUX_FILL_FILES.values(), extra=CROP_NOTE, gated=GATED),
     ), PHOTO),
     with_photo(flux_fill_graph(
         "flux_fill_crop_stitch_meta_trace",
@@ -382,7 +404,7 @@ GRAPHS += [
                         notes.SHAPES + " The Crop and Stitch nodes show the box and the scale (\"4096x3072 photo -> "
                         "1024x768 crop\"); the sampler's table shows the transformer at the crop's size."),
     ), PHOTO),
-    flux_fill_graph(
+    with_photo(flux_fill_graph(
         "flux_fill_outpaint",
         "FLUX.1 Fill [dev] outpainting: Outpaint Pad adds 256 px left and right (edge fill) and the mask of the new "
         "area; the model paints it, paste-back keeps the original pixels exact. Published single files, bf16, 28 steps.",
@@ -394,8 +416,8 @@ GRAPHS += [
         output_nodes=inpaint_outputs(12, 11, 10, "flux_fill_outpaint"),
         note=notes.real_weights("FLUX.1 Fill [dev] outpainting: 256 px on each side", FLUX_FILL_FILES.values(),
                                 extra="Set the four sides on Outpaint Pad (0 = none); `fill` is what the new area "
-                                      "starts as (edge, a flat colour, mirror). " + notes.gated("FLUX.1 Fill [dev]")),
-    ),
+                                      "starts as (edge, a flat colour, mirror).", gated=GATED),
+    ), PHOTO),
     with_photo(sd3_controlnet_graph(
         "sd3_controlnet_crop_stitch",
         "SD3-medium + alimama inpainting ControlNet on a big photo: crop around the mask, sample at 1024 px, stitch "
@@ -405,7 +427,7 @@ GRAPHS += [
         image_nodes=[load_image(PHOTO, (380, 440)), crop_node(15, PHOTO, (380, 700))],
         output_nodes=stitch_outputs(19, 18, 15, "sd3_controlnet_crop_stitch"),
         note=notes.real_weights("SD3-medium + inpainting ControlNet, crop and stitch", SD3_FILES.values(),
-                                extra=CROP_NOTE + " " + notes.gated("SD3-medium")),
+                                extra=CROP_NOTE, gated=GATED),
     ), PHOTO),
     with_photo(klein_graph(
         "klein_crop_stitch",
@@ -416,7 +438,7 @@ GRAPHS += [
         condition=klein_inpaint_condition(),
         output_nodes=stitch_outputs(9, 8, 5, "klein_crop_stitch"),
         note=notes.real_weights("FLUX.2 [klein] 4B, crop and stitch: 4 steps, bf16", KLEIN_4B_FILES.values(),
-                                extra=CROP_NOTE + " " + KLEIN_NOTE),
+                                extra=CROP_NOTE + " " + KLEIN_NOTE, gated=GATED),
     ), PHOTO),
 ]
 
@@ -435,7 +457,7 @@ def trace_graph(name, description, model) -> Graph:
     elif model == "klein-4b":
         loaders = [
             _loader(1, "FillScopeLoadQwen3", "meta", "bf16", (0, 0), variant="qwen3-4b"),
-            _loader(2, "FillScopeLoadKleinTransformer", "meta", "bf16", (0, 120), variant="klein-4b", model_type="auto"),
+            _loader(2, "FillScopeLoadKleinTransformer", "meta", "bf16", (0, 120), variant="klein-4b"),
             _loader(3, "FillScopeLoadVAE", "meta", "bf16", (0, 260), kind="flux2"),
         ]
         trace = Node(4, "FillScopeKleinTrace", {"qwen3": (1, 0), "transformer": (2, 0), "vae": (3, 0)}, (400, 120))
@@ -497,9 +519,10 @@ def native_flux_loaders(x=0) -> list:
 
 def inspect_report(node_id, decode, name, pos) -> Node:
     """FillScope Shapes Report of a native graph: no FillScope shapes to read, it tables the records this prompt's
-    Inspect Model / CLIP / VAE nodes delivered; `after` the decode, so the sampler's run and the decode are in them."""
-    return Node(node_id, "FillScopeShapesReport", {"filename_prefix": f"fillscope/{name}", "after": (decode, 0)}, pos,
-                size=(320, 120))
+    Inspect Model / CLIP / VAE nodes delivered; it saves the decoded image (so it runs after the decode: the
+    sampler's run and the decode are in the records) under the report's number."""
+    return Node(node_id, "FillScopeShapesReport", {"filename_prefix": f"fillscope/{name}", "images": (decode, 0)}, pos,
+                size=(400, 470))
 
 
 def native_flux_fill_inspect() -> Graph:
@@ -529,12 +552,10 @@ def native_flux_fill_inspect() -> Graph:
                               "scheduler": "normal", "positive": (13, 0), "negative": (12, 1),
                               "latent_image": (14, 0), "denoise": 1.0}, (1060, 0), size=(320, 300)),
         Node(16, "VAEDecode", {"samples": (15, 0), "vae": (5, 0)}, (1280, 0), size=(220, 60)),
-        Node(17, "SaveImage", {"images": (16, 0), "filename_prefix": f"fillscope/{name}"}, (1280, 60),
-             size=(400, 420)),
-        inspect_report(18, 16, name, (1280, 350)),
+        inspect_report(18, 16, name, (1280, 60)),
     ]
     groups = [("Load models", [1, 2, 3, 4, 5]), ("Prompt", [8, 9, 10]), ("Image and mask", [11, 12]),
-              ("Sample", [6, 7, 13, 14, 15]), ("Output", [16, 17, 18])]
+              ("Sample", [6, 7, 13, 14, 15]), ("Output", [16, 18])]
     return Graph(name, "ComfyUI's own FLUX.1 Fill [dev] inpainting graph (UNETLoader, DualCLIPLoader, VAELoader, "
                  "FluxGuidance 30, InpaintModelConditioning, DifferentialDiffusion, KSampler) with FillScope's Inspect "
                  "nodes on its links: the diffusion model's boundary at every step, the tokens and encodings, the "
@@ -547,7 +568,7 @@ def native_flux_fill_inspect() -> Graph:
                      "what InpaintModelConditioning concatenates) at every step.",
                      FLUX_FILL_FILES.values(),
                      extra="KSampler runs at cfg 1 (FLUX.1 is guidance-distilled): the negative prompt is not used; "
-                           "the guidance is FluxGuidance's 30. " + notes.gated("FLUX.1 Fill [dev]")))
+                           "the guidance is FluxGuidance's 30.", gated=GATED))
 
 
 def native_sd3_inspect() -> Graph:
@@ -582,12 +603,10 @@ def native_sd3_inspect() -> Graph:
                               "scheduler": "sgm_uniform", "positive": (13, 0), "negative": (10, 1),
                               "latent_image": (14, 0), "denoise": 1.0}, (1060, 0), size=(320, 300)),
         Node(16, "VAEDecode", {"samples": (15, 0), "vae": (6, 0)}, (1280, 0), size=(220, 60)),
-        Node(17, "SaveImage", {"images": (16, 0), "filename_prefix": f"fillscope/{name}"}, (1280, 60),
-             size=(400, 420)),
-        inspect_report(18, 16, name, (1280, 350)),
+        inspect_report(18, 16, name, (1280, 60)),
     ]
     groups = [("Load models", [1, 2, 3, 4, 5, 6]), ("Prompt", [7, 8]), ("Image and mask", [9, 10, 11, 12]),
-              ("Sample", [13, 14, 15]), ("Output", [16, 17, 18])]
+              ("Sample", [13, 14, 15]), ("Output", [16, 18])]
     return Graph(name, "ComfyUI's own SD3-medium + alimama inpainting ControlNet graph (CheckpointLoaderSimple, "
                  "TripleCLIPLoader, ControlNetLoader, ControlNetInpaintingAliMamaApply, KSampler CFG 7) with "
                  "FillScope's Inspect nodes on its links: the MMDiT's boundary at every step (the CFG batch, the "
@@ -600,7 +619,7 @@ def native_sd3_inspect() -> Graph:
                      "batch, or two calls when the prompts' lengths differ) and the ControlNet's residuals under "
                      "`control`.",
                      SD3_FILES.values(),
-                     extra=notes.gated("SD3-medium") + " " + SD3_CONTROLNET_NAME_NOTE))
+                     extra=SD3_CONTROLNET_NAME_NOTE, gated=GATED))
 
 
 def native_flux_fill_mixed() -> Graph:
@@ -622,19 +641,17 @@ def native_flux_fill_mixed() -> Graph:
              {"model": (4, 0), "flux_text": (6, 0), "condition": (8, 0), "seed": 0, "steps": 8, "guidance": 30.0,
               "denoise": 1.0}, (860, 0), size=(320, 280)),
         Node(10, "VAEDecode", {"samples": (9, 2), "vae": (3, 0)}, (1080, 0), size=(220, 60)),
-        Node(11, "SaveImage", {"images": (10, 0), "filename_prefix": f"fillscope/{name}"}, (1260, 0),
-             size=(400, 420)),
-        report(12, 9, name, (1080, 60)),
+        report(12, 9, name, (1260, 0), images=(10, 0)),
     ]
     groups = [("Load models", [1, 2, 3, 4]), ("Prompt", [5, 6]), ("Image and mask", [7, 8]), ("Sample", [9]),
-              ("Output", [10, 11, 12])]
+              ("Output", [10, 12])]
     return Graph(name, "ComfyUI's own loaders (UNETLoader flux1-fill-dev, a LoRA through LoraLoaderModelOnly, "
-                 "DualCLIPLoader, VAELoader) and CLIPTextEncode feeding FillScope's FLUX Fill Condition (ComfyUI's "
-                 "VAE) and FLUX Fill Sampler (ComfyUI's MODEL); the sampler's LATENT decoded by ComfyUI's VAEDecode; "
+                 "DualCLIPLoader, VAELoader) and CLIPTextEncode feeding FillScope's FLUX Fill Inpaint Condition (ComfyUI's "
+                 "VAE) and FLUX Fill Inpaint Sampler (ComfyUI's MODEL); the sampler's LATENT decoded by ComfyUI's VAEDecode; "
                  "FillScope's Shapes Report of the whole chain.", nodes, groups,
                  notes.native(
                      "ComfyUI's loaders and LoRA into FillScope's FLUX Fill nodes",
-                     "ComfyUI's MODEL (with its LoRA applied by ComfyUI) is the FLUX Fill Sampler's denoiser on its "
+                     "ComfyUI's MODEL (with its LoRA applied by ComfyUI) is the FLUX Fill Inpaint Sampler's denoiser on its "
                      "`model` input; ComfyUI's VAE encodes the condition; CLIPTextEncode's CONDITIONING becomes "
                      "FillScope's FLUX text through **FLUX Text from CONDITIONING**; the sampler's last output is "
                      "ComfyUI's LATENT, decoded by ComfyUI's VAE Decode. FillScope's schedule, noise, guidance (30) "
@@ -643,13 +660,12 @@ def native_flux_fill_mixed() -> Graph:
                      extra="The LoRA is ByteDance's Hyper-SD 8-step LoRA for FLUX.1 [dev] at 0.125 (its recommended "
                            "strength), so the sampler runs 8 steps; it is made for FLUX.1 [dev], whose blocks FLUX.1 "
                            "Fill [dev] shares (its effect on Fill was not measured here). Any other FLUX.1 LoRA goes in "
-                           "its place; without one, bypass the node and set `steps` back to 28. "
-                           + notes.gated("FLUX.1 Fill [dev]")))
+                           "its place; without one, bypass the node and set `steps` back to 28.", gated=GATED))
 
 
-SD3_CONTROLNET_NAME_NOTE = ("The ControlNet is published as `diffusion_pytorch_model.safetensors`: save it in "
-                            "`models/controlnet/` as `SD3-Controlnet-Inpainting.safetensors` (the name this workflow "
-                            "loads).")
+SD3_CONTROLNET_NAME_NOTE = ("The ControlNet is published as `diffusion_pytorch_model.safetensors`: the Missing Models "
+                            "dialog saves it under the workflow's name; by hand, save it in `models/controlnet/` as "
+                            "`SD3-Controlnet-Inpainting.safetensors` (the name this workflow loads).")
 NATIVE = ["native_flux_fill_inspect", "native_sd3_inspect", "native_flux_fill_mixed"]  # tests and thumbnails read it
 GRAPHS += [native_flux_fill_inspect(), native_sd3_inspect(), native_flux_fill_mixed()]
 
@@ -658,12 +674,19 @@ def is_link(value) -> bool:
     return isinstance(value, tuple) and len(value) == 2
 
 
-def to_api(graph: Graph) -> dict:
+def to_api(graph: Graph, object_info: dict | None = None) -> dict:
+    """The API format. With /object_info, a value for an input the node no longer has is left out (and said): the
+    files follow the node schemas they are generated from."""
     out = {}
     for n in graph.nodes:
         inputs = {}
+        info = (object_info or {}).get(n.type)
+        declared = {**info["input"].get("required", {}), **info["input"].get("optional", {})} if info else None
         for k, v in n.inputs.items():
             if k == "upload":
+                continue
+            if declared is not None and k not in declared:
+                print(f"{graph.name}: node {n.id} ({n.type}) has no input {k!r}: left out")
                 continue
             inputs[k] = [str(v[0]), v[1]] if is_link(v) else v
         out[str(n.id)] = {"class_type": n.type, "inputs": inputs, "_meta": {"title": n.title or n.type}}
@@ -687,51 +710,119 @@ def widget_names(info: dict) -> list[tuple[str, dict]]:
 
 
 WIDGET_TYPES = ("INT", "FLOAT", "STRING", "BOOLEAN", "COMBO", "IMAGEUPLOAD")
-SLOT_H, WIDGET_H, TITLE_H, GAP = 20, 24, 30, 20  # LiteGraph's row heights (frontend 1.32) and the space between nodes
+SLOT_H, WIDGET_H, TITLE_H = 20, 24, 30  # LiteGraph's row heights and node title bar (frontend 1.32)
+# What a FillScope node adds to its face after a run (web/fillscope.js): the shapes summary, at most three 16 px
+# lines with 5 px padding above and below, plus the widget gap; a trace node also gets its report button. The
+# layout reserves it up front, so a node that ran keeps its saved size and stays inside its group.
+SUMMARY_H = 3 * 16 + 2 * 5 + 4
+BUTTON_H = WIDGET_H
+# The grid (canvas units): the space between stacked nodes (title bar to the node above) and between node columns
+# in a group, a group's padding and title band (LiteGraph draws a 24 px title 1.4 x its font size high), and the
+# space between groups. ComfyUI's fit view zooms to 0.75 x the viewport over everything's bounds, so the whole
+# graph at 1600x1000 must stay within about 3000 x 1870 units to show at 40 %.
+NODE_GAP, NODE_COLUMN_GAP, GROUP_PAD, GROUP_HEAD, GROUP_GAP, COLUMN_GAP = 20, 30, 10, 44, 30, 40
+# Groups into columns, left to right (each column's groups top to bottom): loaders, then what the user edits
+# (prompt, image), then the model run and what it writes.
+COLUMNS = (("Load models",), ("Prompt", "Image and mask", "Trace"), ("Sample", "Output"))
+def own_column(n: Node) -> bool:
+    """A node that shows the image it saves (Save Image, a Shapes Report with `images`) is tall: it stands in its own
+    node column on the group's right."""
+    return n.type == "SaveImage" or (n.type == "FillScopeShapesReport" and "images" in n.inputs)
+NOTE_SIZE = (460, 700)
 
 
 def min_height(info: dict) -> int:
     """The height a node needs to show its sockets and its widgets but the advanced ones (web/fillscope.js hides those
-    until the node menu's Show Advanced, which grows the node to hold them)."""
+    until the node menu's Show Advanced, which grows the node to hold them); a forced input is a socket."""
     spec = {**info["input"].get("required", {}), **info["input"].get("optional", {})}
-    sockets = sum(1 for v in spec.values() if not isinstance(v[0], list) and v[0] not in WIDGET_TYPES)
+    widgets = widget_names(info)
+    sockets = len(spec) - len(widgets)
     rows = 0
-    for name, opts in widget_names(info):
+    for name, opts in widgets:
         if opts.get("advanced"):
             continue
         rows += 3 if opts.get("multiline") else 2 if opts.get("control_after_generate") else 1
     return max(sockets, len(info["output"]), 1) * SLOT_H + rows * WIDGET_H + 16
 
 
-def layout(graph: Graph, object_info: dict) -> dict:
-    """{node id: [x, y, w, h]} on the canvas: graph units spread (SPREAD), each node at least as tall as its widgets
-    need, and the loaders stacked in one column with room for their title bars."""
-    boxes, below = {}, None
-    for n in graph.nodes:
-        x, y = round(n.pos[0] * SPREAD[0]), round(n.pos[1] * SPREAD[1])
-        h = max(n.size[1], min_height(object_info[n.type]))
-        if n.type.startswith("FillScopeLoad"):
-            y = y if below is None else below
-            below = y + h + TITLE_H + GAP
-        boxes[n.id] = [x, y, n.size[0], h]
-    return boxes
+def node_height(n: Node, info: dict) -> int:
+    """A node's height: its content, plus the run's summary (and trace button) on a FillScope node; the size the
+    graph gives is kept where content cannot say what it shows (an image, a prompt box)."""
+    h = min_height(info)
+    fillscope = n.type.startswith("FillScope")
+    if fillscope:
+        h += SUMMARY_H + (BUTTON_H if n.type.endswith("Trace") else 0)
+    if not fillscope or own_column(n) or any(opts.get("multiline") for _, opts in widget_names(info)):
+        h = max(h, n.size[1])
+    return h
 
 
-def group_boxes(graph: Graph, boxes: dict) -> list[dict]:
-    """LiteGraph groups around their nodes (title bar above each node and the group's own title above that)."""
-    out = []
-    for i, (title, ids) in enumerate(graph.groups, 1):
-        boxes_in = [boxes[k] for k in ids]
-        x0, y0 = min(b[0] for b in boxes_in) - 20, min(b[1] for b in boxes_in) - 80
-        x1, y1 = max(b[0] + b[2] for b in boxes_in) + 20, max(b[1] + b[3] for b in boxes_in) + 20
-        out.append({"id": i, "title": title, "bounding": [x0, y0, x1 - x0, y1 - y0], "color": GROUP_COLORS[title],
-                    "font_size": 24, "flags": {}})
-    return out
+def arrangement(graph: Graph) -> list[list[tuple[str, list[list[int]]]]]:
+    """[column: [(group title, [node column: [node ids top to bottom]])]]: COLUMNS' order; in a group one node column
+    in the graph's order (its graph units: x, then y), a node showing its image in a column of its own on the right, or the
+    node columns the graph gives (Graph.node_columns)."""
+    nodes = {n.id: n for n in graph.nodes}
+    grouped = [k for _, ids in graph.groups for k in ids]
+    loose = [k for k in nodes if k not in grouped]
+    if loose or len(grouped) != len(set(grouped)):
+        raise ValueError(f"{graph.name}: every node belongs to one group (outside: {loose})")
+    placed = {t for col in COLUMNS for t in col}
+    unknown = [t for t, _ in graph.groups if t not in placed]
+    if unknown:
+        raise ValueError(f"{graph.name}: groups {unknown} have no place in COLUMNS")
+    columns = []
+    for titles in COLUMNS:
+        column = []
+        for title in titles:
+            ids = dict(graph.groups).get(title)
+            if ids is None:
+                continue
+            node_cols = graph.node_columns.get(title)
+            if node_cols is None:
+                order = sorted(ids, key=lambda k: (nodes[k].pos[0], nodes[k].pos[1]))
+                main = [k for k in order if not own_column(nodes[k])]
+                node_cols = [c for c in (main, [k for k in order if own_column(nodes[k])]) if c]
+            column.append((title, node_cols))
+        if column:
+            columns.append(column)
+    return columns
+
+
+def layout(graph: Graph, object_info: dict) -> tuple[dict, dict]:
+    """({node id: [x, y, w, h]}, {group title: [x, y, w, h]}) on the canvas: a grid of columns of groups, each group
+    as tight as its node columns allow, each node as tall as node_height."""
+    nodes = {n.id: n for n in graph.nodes}
+    boxes, groups = {}, {}
+    x0 = 0
+    for column in arrangement(graph):
+        y0, width = 0, 0
+        for title, node_cols in column:
+            x, bottom = x0 + GROUP_PAD, y0 + GROUP_HEAD
+            for ids in node_cols:
+                y = y0 + GROUP_HEAD
+                w = max(nodes[k].size[0] for k in ids)
+                for k in ids:
+                    h = node_height(nodes[k], object_info[nodes[k].type])
+                    boxes[k] = [x, y + TITLE_H, nodes[k].size[0], h]
+                    y += TITLE_H + h + NODE_GAP
+                bottom = max(bottom, y - NODE_GAP)
+                x += w + NODE_COLUMN_GAP
+            groups[title] = [x0, y0, x - NODE_COLUMN_GAP + GROUP_PAD - x0, bottom + GROUP_PAD - y0]
+            width = max(width, groups[title][2])
+            y0 += groups[title][3] + GROUP_GAP
+        x0 += width + COLUMN_GAP
+    return boxes, groups
+
+
+def group_boxes(graph: Graph, rects: dict) -> list[dict]:
+    """The groups as LiteGraph saves them, in the graph's order."""
+    return [{"id": i, "title": title, "bounding": rects[title], "color": GROUP_COLORS[title], "font_size": 24,
+             "flags": {}} for i, (title, _) in enumerate(graph.groups, 1)]
 
 
 def to_ui(graph: Graph, object_info: dict) -> dict:
     note = note_node(graph.note, max(n.id for n in graph.nodes) + 1) if graph.note else None
-    boxes = layout(graph, object_info)
+    boxes, rects = layout(graph, object_info)
     links, link_id = [], 0
     node_inputs, node_outputs = {}, {}
     for n in graph.nodes:
@@ -795,7 +886,7 @@ def to_ui(graph: Graph, object_info: dict) -> dict:
         "last_link_id": link_id,
         "nodes": nodes,
         "links": links,
-        "groups": group_boxes(graph, boxes),
+        "groups": group_boxes(graph, rects),
         "config": {},
         "extra": {"fillscope": {"description": graph.description}},
         "version": 0.4,
@@ -803,11 +894,12 @@ def to_ui(graph: Graph, object_info: dict) -> dict:
     }
 
 
-def note_node(text: str, node_id: int, pos=(-330, 0), size=(520, 700)) -> dict:
-    """The read-me: ComfyUI's MarkdownNote (a frontend node; links clickable), left of the loaders."""
-    return {"id": node_id, "type": "MarkdownNote", "pos": [round(pos[0] * SPREAD[0]), round(pos[1] * SPREAD[1])],
-            "size": list(size), "flags": {}, "order": 0, "mode": 0, "inputs": [], "outputs": [], "title": "Read me",
-            "properties": {}, "widgets_values": [text], "color": "#432", "bgcolor": "#653"}
+def note_node(text: str, node_id: int, size=NOTE_SIZE) -> dict:
+    """The read-me: ComfyUI's MarkdownNote (a frontend node; links clickable), left of the loaders, its title bar
+    level with the groups' tops."""
+    return {"id": node_id, "type": "MarkdownNote", "pos": [-size[0] - COLUMN_GAP, TITLE_H], "size": list(size),
+            "flags": {}, "order": 0, "mode": 0, "inputs": [], "outputs": [], "title": "Read me", "properties": {},
+            "widgets_values": [text], "color": "#432", "bgcolor": "#653"}
 
 
 def load_object_info(where: str) -> dict:
@@ -819,7 +911,7 @@ def load_object_info(where: str) -> dict:
 
 def render(graph: Graph, object_info: dict) -> tuple[str, str]:
     """(api json text, ui json text) of a graph, as committed."""
-    return (json.dumps(to_api(graph), indent=2) + "\n", json.dumps(to_ui(graph, object_info), indent=2) + "\n")
+    return (json.dumps(to_api(graph, object_info), indent=2) + "\n", json.dumps(to_ui(graph, object_info), indent=2) + "\n")
 
 
 def main(argv=None) -> int:

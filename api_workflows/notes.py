@@ -32,9 +32,15 @@ def _links(files) -> str:
     return "\n".join(out)
 
 
-def real_weights(what: str, files, *, extra: str = "", image: bool = True, intro: str = MODELS_INTRO) -> str:
-    """A real-weight workflow's note: what it does, the files and where they go, the input image."""
+def real_weights(what: str, files, *, extra: str = "", image: bool = True, intro: str = MODELS_INTRO,
+                 gated=()) -> str:
+    """A real-weight workflow's note: what it does, the files and where they go (a file named in `gated`, one only a
+    gated Hugging Face repository publishes, said so by name), the input image."""
+    files = list(files)
     parts = [f"## {what}", "### Models to download", _links(files), _tree(files), intro]
+    locked = list(dict.fromkeys(name for _, name, _ in files if name in gated))
+    if locked:
+        parts.append(gated_line(locked))
     if extra:
         parts.append(extra)
     if image:
@@ -57,14 +63,17 @@ def meta(what: str, shows: str) -> str:
     ])
 
 
-def gated(model: str) -> str:
-    return (f"{model} is gated on Hugging Face: accept its licence on the model page (signed in) before the download "
-            "links work.")
+def gated_line(names) -> str:
+    """The files whose only source is a gated Hugging Face repository, named: the Missing Models dialog's download
+    fails for them until the user has accepted the licence on the model page and is logged in."""
+    listed = ", ".join(f"`{n}`" for n in names)
+    return (f"**{listed}: gated: accept the licence on Hugging Face and log in before downloading** (no ungated "
+            "copy is published).")
 
 
 SHAPES = ("After a run each FillScope node shows a table of the tensors at its boundary (shape, dtype, device, "
           "measured or static-config), and the Shapes Report node the whole boundary table; it also writes them to "
-          "`output/fillscope/`. Change `width` / `height` on Synthetic Image + Mask to see any other size.")
+          "`output/fillscope/` (a page in the **FillScope** sidebar tab; with an image, under the image's number). Change `width` / `height` on Synthetic Image + Mask to see any other size.")
 REPORT = ("The trace node runs one denoiser step under the module and line tracers and writes the five-page "
           "architecture report (HTML + JSON) to `output/fillscope/`; open it from the **FillScope** tab in the sidebar. "
           "Switch `line_trace` off for a faster run.")
@@ -81,11 +90,12 @@ NATIVE_INSPECT = ("The graph is ComfyUI's own; FillScope's Inspect nodes sit on 
                   "conditioning and latent on its link. API clients read the same records at "
                   "`GET /fillscope/live?prompt_id=ID`.")
 
-NATIVE_REPORT = ("The **Shapes Report**, wired `after` VAE Decode, tables those records together and writes them to "
-                 "`output/fillscope/`.")
+NATIVE_REPORT = ("The **Shapes Report** saves VAE Decode's image and tables those records together beside it in "
+                 "`output/fillscope/`, under the image's number (open the table in the **FillScope** sidebar tab).")
 
 
-def native(what: str, shows: str, files, *, extra: str = "") -> str:
+def native(what: str, shows: str, files, *, extra: str = "", gated=()) -> str:
     """A graph of ComfyUI's own nodes with FillScope's: what it shows, then the files (ComfyUI's loaders read them
     from the same folders) and the input image."""
-    return real_weights(what, files, extra=(shows + ("\n\n" + extra if extra else "")), intro=NATIVE_MODELS_INTRO)
+    return real_weights(what, files, extra=(shows + ("\n\n" + extra if extra else "")), intro=NATIVE_MODELS_INTRO,
+                        gated=gated)

@@ -105,8 +105,8 @@ def canvas_after_run(cp, name: str, out: Path, prompt: dict | None = None) -> Pa
     cp.wait_executed(pid, timeout=120)
     cp.full_detail()
     cp.page.wait_for_timeout(500)
-    # the middle of the graph, centred: the Prompt, Image and mask and Sample groups as the file draws them (the shape
-    # tables grow the nodes after a run; the groups stay where they are)
+    # the middle of the graph, centred: the Prompt, Image and mask and Sample groups as the file draws them (graphs.py
+    # reserves the room the shape tables take after a run: the nodes stay inside their groups)
     cp.page.evaluate("""(titles) => {
         const g = window.app.graph, c = window.app.canvas, el = c.canvas;
         const bs = g.groups.filter(x => titles.includes(x.title)).map(x => x._bounding || x.bounding);

@@ -330,7 +330,7 @@ def as_paste_mask(mask, source):
                                   "connect a ComfyUI MASK, or leave 'mask' unconnected to use the sampler's mask.")
     if tuple(mask.shape[-2:]) != (h, w):
         raise FillScopeInputError(
-            "mask", f"Paste Back's mask is {mask.shape[-1]}x{mask.shape[-2]} but the image is {w}x{h}.",
+            "mask", f"the paste-back mask is {mask.shape[-1]}x{mask.shape[-2]} but the image is {w}x{h}.",
             "give a mask of the image's size (the one the condition node got, or one made from it), or leave "
             "'mask' unconnected to use the sampler's mask.")
     if mask.shape[0] not in (1, b):
@@ -338,7 +338,7 @@ def as_paste_mask(mask, source):
                                   "give one mask, or one mask per image.")
     mask = mask.float()
     if bool(torch.isnan(mask).any()):
-        raise FillScopeInputError("mask", "Paste Back's mask contains NaN values, so the composite is undefined.",
+        raise FillScopeInputError("mask", "the paste-back mask contains NaN values, so the composite is undefined.",
                                   "check the nodes that compute the mask, or leave 'mask' unconnected to use the "
                                   "sampler's mask.")
     return mask.clamp(0, 1).to(source.device).expand(b, h, w).unsqueeze(-1)

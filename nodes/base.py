@@ -5,7 +5,7 @@ that needs no model in `prepare(rec, **inputs)`, before any model is placed). `e
 entry point (a classmethod called with the inputs as keyword arguments), wraps it:
 
 - a ShapeRecorder `rec` for the node: the node id from the schema, the title from `title` (default: the display
-  name without "FillScope "), the boundary table a Shapes Report uses for the graph from `table`;
+  name, which leaves "FillScope" to the canvas' node-source badge), the boundary table a Shapes Report uses for the graph from `table`;
 - FillScope values arrive as Traced (the value and the records of the nodes upstream): run() gets bare values,
   as keyword arguments in the schema's order;
 - inputs of a model socket type (common.MODELS) are loaded for run() under each model's memory policy;
@@ -57,7 +57,7 @@ PATH_PART_BYTES, PATH_TOTAL_BYTES, FILE_SUFFIX_BYTES = 255, 1024, 16
 
 
 class FillScopeNode(io.ComfyNode):
-    title: str | None = None  # the shape record's title; default: the display name without "FillScope "
+    title: str | None = None  # the shape record's title; default: the display name
     table: str | None = None  # the boundary table of this node's graph (fillscope/trace/summary.py TABLES)
     places_models = True  # False: the node reads its models' configs and shapes only (LoRA): they stay where they are
 
@@ -80,7 +80,7 @@ class FillScopeNode(io.ComfyNode):
         check_inputs(schema, values, validated_by_node(cls))
         models = [values[i.id] for i in schema.inputs
                   if model_input(i) and i.id in values and cls.places_models and isinstance(values[i.id], Component)]
-        rec = ShapeRecorder(schema.node_id, cls.title or schema.display_name.removeprefix("FillScope "), cls.table)
+        rec = ShapeRecorder(schema.node_id, cls.title or schema.display_name, cls.table)
         values = cls.prepare(rec, **values)
         with memory.use(*models, rec=rec) if models else nullcontext():
             result = cls.run(rec, **values)

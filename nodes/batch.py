@@ -235,7 +235,7 @@ class FillScopeBatch(FillScopeNode):
     def define_schema(cls):
         return io.Schema(
             node_id="FillScopeBatch",
-            display_name="FillScope Batch",
+            display_name="Batch Manifest",
             category=c.CATEGORY + "/batch",
             description=(
                 "Runs a batch manifest (one JSON job a line, as `python -m fillscope batch`; docs/batches.md) from "
@@ -279,7 +279,7 @@ class FillScopeBatch(FillScopeNode):
                 advanced(io.Combo.Input("device", options=c.DEVICES, default="auto", optional=True,
                                         tooltip="auto = CUDA when available.")),
             ],
-            outputs=[io.String.Output("summary"), io.Image.Output("images")],
+            outputs=[io.String.Output("summary", display_name="summary"), io.Image.Output("images")],
             is_output_node=True,
         )
 

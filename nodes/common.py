@@ -8,7 +8,8 @@ from pathlib import Path
 from comfy_api.latest import io
 
 from ..fillscope import bounds  # the nodes' min/max (c.bounds), which the batch manifest checks too
-from ..fillscope.checkpoints import PICKLE_SUFFIXES, WEIGHT_SUFFIXES, sniff
+from ..fillscope.checkpoints import PICKLE_SUFFIXES, SAFE_SUFFIXES, WEIGHT_SUFFIXES, sniff
+from ..fillscope.checkpoints.detect import component_kinds
 from ..fillscope.comfyui_tokenizers import TOKENIZER_FOLDERS  # kind -> folder in ComfyUI's comfy package
 from ..fillscope.errors import FillScopeInputError
 from ..fillscope.masks import prepare_image_and_mask
@@ -157,44 +158,92 @@ CHECKPOINT_PARTS = {"clip_l", "clip_g", "t5_xxl", "flux_fill_transformer", "sd3_
 ALL_FILE_FOLDERS = ("diffusion_models", "text_encoders", "vae", "controlnet", "checkpoints")
 
 
-def _folder_files(folder: str) -> list[str]:
-    """Weight files of one of ComfyUI's model folders, as "<name>" relative to it; only files the loader finds
-    (a dangling link is not offered). Pickled and other non-safetensors files are listed on purpose: choosing one
-    says why FillScope does not load it and what to download instead."""
+def _folder_files(folder: str) -> list[tuple[str, str]]:
+    """(name relative to the folder, path) of the weight files of one of ComfyUI's model folders; only files the
+    loader finds (a dangling link is not offered). The path is the one listed, links not resolved: a link into a
+    Hugging Face cache points at a blob without a suffix, and a file's suffix is its name's."""
     import folder_paths
 
     try:
         names = folder_paths.get_filename_list(folder)
     except KeyError:
         return []
-    names = [n.replace(os.sep, "/") for n in names if n.lower().endswith(WEIGHT_SUFFIXES)]
-    return [n for n in names if _split_file_source(f"{folder}/{n}") == (folder, n) and _file_path(folder, n)[0]]
-
-
-def _checkpoints_with(kinds) -> list[str]:
-    """checkpoints/ files that bundle one of `kinds` (read from their safetensors headers, cached per file)."""
-    import folder_paths
-
     out = []
-    for name in _folder_files("checkpoints"):
-        path = folder_paths.get_full_path("checkpoints", name)
-        if not path or not name.lower().endswith((".safetensors", ".sft")):
-            continue
-        try:
-            info = sniff(path)
-        except Exception:  # unreadable files are simply not offered here
-            continue
-        if any(info.part(k) is not None for k in kinds):
-            out.append(name)
+    for n in names:
+        n = n.replace(os.sep, "/")
+        if n.lower().endswith(WEIGHT_SUFFIXES) and _split_file_source(f"{folder}/{n}") == (folder, n):
+            found = _file_path(folder, n)[0]  # the file the loader would load (a dangling link: None)
+            if found:
+                out.append((n, folder_paths.get_full_path(folder, n) or found))
     return out
 
 
+# The menus read a file's safetensors header (never its tensor data) once per fingerprint: the header length is
+# checked first, and a file whose header is longer than MENU_MAX_HEADER is not parsed for a menu (real headers are
+# well under 1 MiB: a FLUX.1 transformer's is ~0.1 MiB, a whole SDXL checkpoint's ~0.3 MiB; the loader's own read
+# allows header.MAX_HEADER, 256 MiB, and a 44 MiB header takes ~6 s to parse and classify), so one odd file cannot
+# stall /object_info, which builds every menu: at most ~0.6 s once per file fingerprint.
+MENU_MAX_HEADER = 4 * 2**20
+MENU_CACHE_MAX = 20_000
+_menu_kinds: dict[str, tuple] = {}  # listed path -> (size, mtime_ns, component kinds or None), see file_kinds
+
+
+def file_kinds(path: str) -> frozenset | None:
+    """The component kinds the weight file at `path` holds, as the source menus sort it (detect.component_kinds of
+    its header); empty for a file recognised as another model, None when the file cannot tell: a pickled or other
+    non-safetensors file (FillScope never reads those), an unreadable or corrupt header, one longer than
+    MENU_MAX_HEADER, tensors FillScope does not recognise. Cached per (path, size, mtime): a changed file is read
+    again, an unchanged one never twice (a file that failed to read included)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    key = (st.st_size, st.st_mtime_ns)
+    cached = _menu_kinds.get(path)
+    if cached is not None and cached[:2] == key:
+        return cached[2]
+    kinds = None
+    if path.lower().endswith(SAFE_SUFFIXES):
+        try:
+            with open(path, "rb") as f:
+                length = int.from_bytes(f.read(8), "little")
+            if length <= MENU_MAX_HEADER:
+                kinds = component_kinds(sniff(path))
+        except Exception:  # unreadable, truncated, not JSON, a disguised pickle: validation and the loader explain
+            kinds = None
+    if len(_menu_kinds) >= MENU_CACHE_MAX:  # files seen over a long session, most of them gone or changed
+        _menu_kinds.clear()
+    _menu_kinds[path] = (*key, kinds)
+    return kinds
+
+
+def _checkpoints_with(kinds) -> list[str]:
+    """checkpoints/ files that bundle one of `kinds` (read from their safetensors headers: file_kinds). Only those:
+    checkpoints/ holds whole SD1/SDXL/FLUX checkpoints a component loader has no use for."""
+    return [name for name, path in _folder_files("checkpoints") if (file_kinds(path) or frozenset()) & set(kinds)]
+
+
 def file_sources(kinds) -> list[str]:
-    """"<folder>/<file>" entries for the components `kinds` (a loader's component kinds)."""
+    """"<folder>/<file>" entries for the components `kinds` (a loader's component kinds): the files of the loader's
+    model folders (FILE_FOLDERS) that may hold one of them, then checkpoints/ files that bundle one.
+
+    A file is sorted by its safetensors header (file_kinds, cached per fingerprint; only the header is read): a file
+    whose header says it is another kind of model (a T5 or Qwen3 file for the CLIP-L loader, the klein transformer for
+    the FLUX Fill loader, a LoRA) is not offered. A file that cannot tell stays offered, so no file goes missing from
+    every menu silently and choosing it says why it does not load: a pickled .ckpt/.pt/.bin (FillScope never unpickles),
+    a GGUF/ONNX file, an unreadable, truncated or corrupt header, tensors FillScope does not recognise. A saved
+    workflow that names a file of another kind still loads the file's header and fails with the loader's "is ...;
+    the ... loader takes ..." error (validate_source does not check the kind)."""
     if isinstance(kinds, str):
         kinds = (kinds,)
+    wanted = set(kinds)
     folders = list(dict.fromkeys(f for k in kinds for f in FILE_FOLDERS.get(k, ())))
-    out = [f"{folder}/{name}" for folder in folders for name in _folder_files(folder)]
+    out = []
+    for folder in folders:
+        for name, path in _folder_files(folder):
+            held = file_kinds(path)
+            if held is None or held & wanted:
+                out.append(f"{folder}/{name}")
     if any(k in CHECKPOINT_PARTS for k in kinds):
         out += [f"checkpoints/{name}" for name in _checkpoints_with(kinds)]
     return sorted(dict.fromkeys(out))
@@ -231,8 +280,10 @@ def contained_path(rest: str) -> str | None:
 
 
 def _find_in(folder: str, rest: str, exists, shown: str, choose: str) -> tuple[str | None, str | None]:
-    """(real path of `rest` inside one of ComfyUI's `folder` paths that passes `exists`, links resolved, or None;
-    an error when the string `rest` escapes them, checked lexically: contained_path)."""
+    """(absolute path of `rest` inside one of ComfyUI's `folder` paths that passes `exists`, or None; an error when
+    the string `rest` escapes them, checked lexically: contained_path). Links are followed when the file is read but
+    not resolved here: a link into a Hugging Face cache points at a blob named by its hash, without the
+    .safetensors suffix the name in the model folder has."""
     import folder_paths
 
     norm = contained_path(rest)
@@ -242,7 +293,7 @@ def _find_in(folder: str, rest: str, exists, shown: str, choose: str) -> tuple[s
     for base in folder_paths.get_folder_paths(folder):
         path = os.path.join(os.path.abspath(base), *norm.split("/"))
         if exists(path):
-            return os.path.realpath(path), None
+            return path, None
     return None, None
 
 
@@ -383,11 +434,12 @@ def source_fingerprint(source: str):
 def mask_inputs():
     """The explicit mask options every condition node offers, with the same names and defaults."""
     from ..fillscope.compositing.removal import MASKED_FILLS
+    from . import tooltips as tips
 
     return [
-        io.Image.Input("image"),
+        io.Image.Input("image", tooltip=tips.IMAGE),
         io.Mask.Input("mask", tooltip="1 = repaint (ComfyUI's LoadImage mask is 1 - alpha)."),
-        io.Boolean.Input("invert_mask", default=False),
+        io.Boolean.Input("invert_mask", default=False, tooltip=tips.INVERT_MASK),
         io.Float.Input("threshold", default=0.5, min=bounds.MASK["threshold"].min, max=bounds.MASK["threshold"].max,
                        step=0.01,
                        tooltip="Binarise the mask at this value (diffusers uses 0.5). 0 keeps a soft mask."),

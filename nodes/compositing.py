@@ -26,16 +26,17 @@ class CropForInpaint(FillScopeNode):
     def define_schema(cls):
         return io.Schema(
             node_id="FillScopeCropForInpaint",
-            display_name="FillScope Crop For Inpaint",
+            display_name="Crop For Inpaint",
             category=CATEGORY,
             description=(
                 "Cuts a box around the mask (grown by context_factor and padding, kept inside the image) and resizes "
                 "it to the model's size (long side = target, sides multiples of 16; small boxes are upscaled), so a "
                 "4096x3072 photo is sampled at 1024x768. With regions, each separate hole gets its own box, all at "
-                "one size (one batch). Wire the stitch output to Stitch."
+                "one size (one batch). Wire the stitch output to Inpaint Stitch."
             ),
             inputs=[
-                io.Image.Input("image"),
+                io.Image.Input("image", tooltip="The full-size source photo (any size); only the box around the mask "
+                                                "is sampled, the rest stays as it is."),
                 io.Mask.Input("mask", tooltip="1 = repaint (ComfyUI's LoadImage mask is 1 - alpha); any value > 0 is "
                                               "inside the box."),
                 io.Float.Input("context_factor", default=1.5, min=1.0, max=8.0, step=0.05,
@@ -96,7 +97,7 @@ class StitchNode(FillScopeNode):
     def define_schema(cls):
         return io.Schema(
             node_id="FillScopeStitch",
-            display_name="FillScope Stitch",
+            display_name="Inpaint Stitch",
             category=CATEGORY,
             description=(
                 "Puts the generated crops back into the full-size photo: each resized to its box and composited "

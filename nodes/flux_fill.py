@@ -16,6 +16,7 @@ from ..fillscope.sampling import check_external_options
 from ..fillscope.speed import STEP_CACHES
 from . import common as c
 from . import native_model
+from . import tooltips as tips
 from .base import FillScopeNode
 from .native_vae import VAE_TOOLTIP, as_fillscope_vae, vae_input
 
@@ -28,7 +29,7 @@ class FluxFillCondition(FillScopeNode):
     def define_schema(cls):
         return io.Schema(
             node_id="FillScopeFluxFillCondition",
-            display_name="FillScope FLUX Fill Condition",
+            display_name="FLUX Fill Inpaint Condition",
             category=c.CATEGORY + "/flux fill",
             description=(
                 "Masks the image (repaint pixels -> grey), VAE-encodes it by the latent mean and packs it with the "
@@ -57,7 +58,7 @@ class FluxFillSampler(FillScopeNode):
     def define_schema(cls):
         return io.Schema(
             node_id="FillScopeFluxFillSampler",
-            display_name="FillScope FLUX Fill Sampler",
+            display_name="FLUX Fill Inpaint Sampler",
             category=c.CATEGORY + "/flux fill",
             description=(
                 "Flow-matching Euler with FLUX's resolution-dependent shift and guidance embedding; the transformer "
@@ -69,12 +70,13 @@ class FluxFillSampler(FillScopeNode):
                 io.Model.Input("model", optional=True,
                                tooltip="ComfyUI's own FLUX.1 Fill MODEL (UNETLoader; native LoRAs and patches apply) "
                                        "in place of transformer (one of the two)."),
-                c.FluxText.Input("flux_text"),
-                c.FillCondition.Input("condition"),
+                c.FluxText.Input("flux_text", tooltip=tips.FLUX_TEXT),
+                c.FillCondition.Input("condition", tooltip=tips.FILL_CONDITION),
                 io.Int.Input("seed", default=0, min=c.bounds.SEED.min, max=c.bounds.SEED.max,
                              control_after_generate=True,
                              tooltip="Same seed -> same initial noise as diffusers (CPU generator)."),
-                io.Int.Input("steps", default=28, min=c.bounds.STEPS.min, max=c.bounds.STEPS.max),
+                io.Int.Input("steps", default=28, min=c.bounds.STEPS.min, max=c.bounds.STEPS.max,
+                             tooltip=tips.STEPS + " FLUX.1 Fill [dev]: 28 to 50."),
                 io.Float.Input("guidance", default=30.0, min=c.bounds.FLUX_FILL["guidance"].min,
                                max=c.bounds.FLUX_FILL["guidance"].max, step=0.5,
                                tooltip="Guidance embedding (FLUX.1 Fill [dev] is tuned for 30)."),

@@ -27,7 +27,7 @@ class VAEDecode(FillScopeNode):
     def define_schema(cls):
         return io.Schema(
             node_id="FillScopeVAEDecode",
-            display_name="FillScope VAE Decode",
+            display_name="VAE Decode (FLUX.1 / SD3 / FLUX.2)",
             category=c.CATEGORY + "/image",
             description=("Undoes the latent's normalisation (FLUX/SD3: z / scale + shift; FLUX.2 [klein]: its BatchNorm "
                          "statistics), decodes, and returns the image at the input's size."),
@@ -87,7 +87,7 @@ class PasteBack(FillScopeNode):
     def define_schema(cls):
         return io.Schema(
             node_id="FillScopePasteBack",
-            display_name="FillScope Paste Back",
+            display_name="Inpaint Paste Back",
             category=c.CATEGORY + "/image",
             description=(
                 "Composites the result into the source with the (feathered) mask the sampler used, or with the mask "
@@ -96,7 +96,8 @@ class PasteBack(FillScopeNode):
                 "report the ring's CIE76 delta E before and after."
             ),
             inputs=[
-                io.Image.Input("generated", tooltip="The decoded result."),
+                io.Image.Input("generated", tooltip="The decoded result (VAE Decode's IMAGE), composited into the "
+                                                    "source inside the mask."),
                 c.Latent.Input("latent", tooltip="The sampler's latent: it carries the source image and the mask."),
                 io.Mask.Input("mask", optional=True,
                               tooltip="Composite with this mask instead of the sampler's (as ImageCompositeMasked): "

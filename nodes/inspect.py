@@ -13,6 +13,7 @@ from ..fillscope.errors import FillScopeInputError
 from ..fillscope.masks import synthetic_image_and_mask
 from ..fillscope.trace.records import MAX_JSON_DEPTH, json_depth
 from ..fillscope.trace.records import SCHEMA as SHAPES_SCHEMA
+from ..fillscope.trace.report.shapes_page import render_shapes_page
 from ..fillscope.trace.summary import (
     boundary_rows,
     crop_line,
@@ -22,6 +23,7 @@ from ..fillscope.trace.summary import (
 )
 from . import common as c
 from . import live
+from . import tooltips as tips
 from .base import FillScopeNode
 
 
@@ -32,12 +34,12 @@ class SyntheticImageMask(FillScopeNode):
     def define_schema(cls):
         return io.Schema(
             node_id="FillScopeSyntheticImageMask",
-            display_name="FillScope Synthetic Image + Mask",
+            display_name="Synthetic Image + Mask",
             category=c.CATEGORY + "/inspect",
             description="A deterministic gradient test image and a centred rectangular repaint mask of any size.",
             inputs=[
-                io.Int.Input("width", default=1024, min=16, max=8192, step=1),
-                io.Int.Input("height", default=1024, min=16, max=8192, step=1),
+                io.Int.Input("width", default=1024, min=16, max=8192, step=1, tooltip=tips.SYNTHETIC_WIDTH),
+                io.Int.Input("height", default=1024, min=16, max=8192, step=1, tooltip=tips.SYNTHETIC_HEIGHT),
                 io.Float.Input("mask_fraction", default=0.5, min=0.0, max=1.0, step=0.05,
                                tooltip="Side of the centred mask as a fraction of the image (0 = empty mask)."),
             ],
@@ -53,22 +55,67 @@ class SyntheticImageMask(FillScopeNode):
         return image, mask
 
 
-def output_stem(filename_prefix: str) -> tuple[str, str, str]:
-    """(folder, stem, subfolder) for a node's files in ComfyUI's output folder: `<name>_<counter>` (5 digits), the
-    counter one past the highest of any file there named `<name>_<digits>.<ext>` or `<name>_<digits>_.<ext>`, so
-    every run writes new files. ComfyUI's get_save_image_path resolves the prefix (folders, %date% variables),
-    keeps it inside the output folder and creates the folder, but counts only names with the trailing underscore
-    of its image nodes (name_00001_.png): alone, it gives the FillScope files (name_00001.json) 1 every time."""
+def next_number(filename_prefix: str, width: int = 0, height: int = 0) -> tuple[str, str, int, str]:
+    """(folder, name, counter, subfolder) for a node's files in ComfyUI's output folder: the counter one past the
+    highest of any file there named `<name>_<digits>.<ext>` or `<name>_<digits>_.<ext>`, so every run writes new
+    files. ComfyUI's get_save_image_path resolves the prefix (folders, %date% variables, %width% / %height% of an
+    image), keeps it inside the output folder and creates the folder, but counts only names with the trailing
+    underscore of its image nodes (name_00001_.png): alone, it gives the FillScope files (name_00001.json) 1 every
+    time."""
     import folder_paths
 
-    full_dir, name, counter, subfolder, _ = folder_paths.get_save_image_path(filename_prefix, folder_paths.get_output_directory())
+    full_dir, name, counter, subfolder, _ = folder_paths.get_save_image_path(
+        filename_prefix, folder_paths.get_output_directory(), width, height)
     numbered = re.compile(re.escape(os.path.normcase(name)) + r"_(\d+)_?\.[^.]+")
     highest = counter - 1
     for entry in os.listdir(full_dir):
         match = numbered.fullmatch(os.path.normcase(entry))
         if match:
             highest = max(highest, int(match.group(1)))
-    return full_dir, f"{name}_{highest + 1:05}", subfolder
+    return full_dir, name, highest + 1, subfolder
+
+
+def output_stem(filename_prefix: str) -> tuple[str, str, str]:
+    """(folder, stem, subfolder) for a node's files: `<name>_<counter>` (5 digits, next_number's counter)."""
+    full_dir, name, counter, subfolder = next_number(filename_prefix)
+    return full_dir, f"{name}_{counter:05}", subfolder
+
+
+def png_metadata(cls):
+    """The PNG text chunks Save Image writes: the prompt, and the canvas' workflow (extra_pnginfo), so the picture
+    dropped on ComfyUI reopens its graph; none under ComfyUI's --disable-metadata."""
+    from comfy.cli_args import args
+    from PIL.PngImagePlugin import PngInfo
+
+    if args.disable_metadata:
+        return None
+    info = PngInfo()
+    if cls.hidden.prompt is not None:
+        info.add_text("prompt", json.dumps(cls.hidden.prompt))
+    for key, value in (cls.hidden.extra_pnginfo or {}).items():
+        info.add_text(key, json.dumps(value))
+    return info
+
+
+def save_images_with_report(cls, images, filename_prefix: str) -> tuple[str, str, str, list[dict]]:
+    """Save IMAGE `images` as ComfyUI's Save Image does (PNG, the prompt and workflow in its metadata, one number per
+    image, `<name>_<counter>_.png`) and return (folder, the report's stem, subfolder, the images' ui entries). The
+    report takes the first image's stem (`<name>_00007_` beside `<name>_00007_.png`): one node, one look at the
+    folder, so the report and the image of a run always share their number, whatever order ComfyUI runs its output
+    nodes in (docs/traces-and-reports.md). The trailing underscore keeps the report's files in ComfyUI's own count:
+    a Save Image with the same prefix later never reuses their number."""
+    import numpy as np
+    from PIL import Image
+
+    full_dir, name, counter, subfolder = next_number(filename_prefix, images.shape[2], images.shape[1])
+    metadata = png_metadata(cls)
+    saved = []
+    for i, image in enumerate(images):
+        file = f"{name.replace('%batch_num%', str(i))}_{counter + i:05}_.png"
+        pixels = np.clip(255.0 * image.float().cpu().numpy(), 0, 255).astype(np.uint8)  # as Save Image rounds
+        Image.fromarray(pixels).save(os.path.join(full_dir, file), pnginfo=metadata, compress_level=4)
+        saved.append({"filename": file, "subfolder": subfolder, "type": "output"})
+    return full_dir, f"{name.replace('%batch_num%', '0')}_{counter:05}_", subfolder, saved
 
 
 SHAPES_FIX = "wire a FillScope node's shapes output (the last node of the graph: its trail holds every node upstream)."
@@ -146,16 +193,18 @@ class ShapesReport(FillScopeNode):
     def define_schema(cls):
         return io.Schema(
             node_id="FillScopeShapesReport",
-            display_name="FillScope Shapes Report",
+            display_name="Shapes Report",
             category=c.CATEGORY + "/inspect",
             description=("Gathers the shapes of every FillScope node upstream and the records of this prompt's "
                          "Inspect Model / CLIP / VAE nodes (ComfyUI's own MODEL, CLIP, VAE as the sampler, encoders "
-                         "and decoders called them) and writes them (JSON + text table) to the output folder."),
+                         "and decoders called them) and writes them to the output folder: a page with the table "
+                         "(HTML, shown in the FillScope sidebar), JSON and text; with `images` wired, the run's image "
+                         "too, under the same number."),
             inputs=[
                 io.String.Input("shapes", force_input=True, optional=True,
                                 tooltip="A FillScope node's shapes output (its trail includes everything upstream). "
                                         "Optional in a graph of ComfyUI's own nodes with Inspect nodes: wire after."),
-                io.String.Input("filename_prefix", default="fillscope/shapes"),
+                io.String.Input("filename_prefix", default="fillscope/shapes", tooltip=tips.REPORT_PREFIX),
                 io.String.Input("shapes_2", force_input=True, optional=True,
                                 tooltip="Another branch's shapes output, for a graph whose branches meet only through "
                                         "IMAGE/MASK (crop and stitch: wire the VAE Decode's shapes here)."),
@@ -163,14 +212,18 @@ class ShapesReport(FillScopeNode):
                                  tooltip="Any output (e.g. VAE Decode's IMAGE): the report runs after that node, so "
                                          "the records of the Inspect Model / CLIP / VAE nodes it needed (the sampler's "
                                          "run, the decode) are complete. Its value is not read."),
+                io.Image.Input("images", optional=True,
+                               tooltip="The run's image (e.g. Paste Back's or Stitch's IMAGE): saved as PNG with the "
+                                       "report under one number (name_00007_.png beside name_00007_.html), so each "
+                                       "report names its image. Leave it unwired to keep Save Image separate."),
             ],
             outputs=[],
             is_output_node=True,
-            hidden=[io.Hidden.prompt],
+            hidden=[io.Hidden.prompt, io.Hidden.extra_pnginfo],
         )
 
     @classmethod
-    def run(cls, rec, filename_prefix, shapes=None, shapes_2=None, after=None):
+    def run(cls, rec, filename_prefix, shapes=None, shapes_2=None, after=None, images=None):
         docs = [read_shapes(s, name) for s, name in ((shapes_2, "shapes_2"), (shapes, "shapes")) if s is not None]
         prompt_id = live.current_prompt_id()
         sections = [record_section(node_id, record) for node_id, record in live_records(prompt_id)]
@@ -200,18 +253,30 @@ class ShapesReport(FillScopeNode):
             crop = None
         text = "\n\n".join(parts)
         all_rows = [r for s in sections for r in s["rows"]] + rows
-        full_dir, stem, subfolder = output_stem(filename_prefix)
+        if images is not None and len(images):
+            full_dir, stem, subfolder, saved = save_images_with_report(cls, images, filename_prefix)
+        else:
+            (full_dir, stem, subfolder), saved = output_stem(filename_prefix), []
         doc = docs[-1] if docs else None
         report = {"schema": SHAPES_SCHEMA, "boundaries": all_rows, "shapes": doc, **({"crop": crop} if crop else {}),
-                  **({"shapes_2": docs[0]} if len(docs) == 2 else {})}
+                  **({"shapes_2": docs[0]} if len(docs) == 2 else {}),
+                  **({"images": [s["filename"] for s in saved]} if saved else {})}
         if sections or silent:
             report.update(prompt_id=prompt_id, inspect=sections, not_recorded=silent)
-        with open(os.path.join(full_dir, stem + ".json"), "w") as f:
-            json.dump(report, f, indent=1)
-        with open(os.path.join(full_dir, stem + ".txt"), "w") as f:
-            f.write(text + "\n")
-        files = [{"filename": stem + ".json", "subfolder": subfolder, "type": "output"}]
-        return io.NodeOutput(ui={"text": [text], "fillscope_report": files, "fillscope_boundaries": all_rows})
+        json_text = json.dumps(report, indent=1)
+        # the page a person reads (the viewer shows it); the JSON beside it for programs, the text for a terminal
+        page = render_shapes_page(stem, rows=rows, sections=sections, json_text=json_text, json_name=stem + ".json",
+                                  crop=crop, not_recorded=silent, images=[s["filename"] for s in saved],
+                                  prompt_id=prompt_id if (sections or silent) else None)
+        for ext, content in ((".json", json_text), (".html", page), (".txt", text + "\n")):
+            with open(os.path.join(full_dir, stem + ext), "w", encoding="utf-8") as f:
+                f.write(content)
+        # the JSON first (what programs read as a Shapes Report's file), its page second: the viewer shows the page
+        files = [{"filename": stem + ext, "subfolder": subfolder, "type": "output"} for ext in (".json", ".html")]
+        ui = {"text": [text], "fillscope_report": files, "fillscope_boundaries": all_rows}
+        if saved:
+            ui["images"] = saved  # the frontend previews them on the node, as on Save Image
+        return io.NodeOutput(ui=ui)
 
 
 NODES = [SyntheticImageMask, ShapesReport]

@@ -241,14 +241,14 @@ class InspectCLIP(InspectNode):
     def define_schema(cls):
         return io.Schema(
             node_id="FillScopeInspectCLIP",
-            display_name="FillScope Inspect CLIP",
+            display_name="Inspect CLIP",
             category=CATEGORY,
             description=("Hands on a clone of the CLIP that records each tokenize / encode a later node makes "
                          "(CLIPTextEncode ...): token ids per tokenizer, real tokens and padding, the hidden states' "
                          "and pooled output's shapes, time. The input CLIP records nothing."),
             inputs=[io.Clip.Input("clip", tooltip="ComfyUI's CLIP (DualCLIPLoader, CLIPLoader, a checkpoint's CLIP); "
                                                    "it is not changed: a clone is handed on.")],
-            outputs=[io.Clip.Output("inspected", display_name="clip"), c.shapes_output()],
+            outputs=[io.Clip.Output("inspected"), c.shapes_output()],
             hidden=[io.Hidden.unique_id],
         )
 

@@ -65,7 +65,7 @@ class InspectModel(InspectNode):  # no model placed (the sampler loads it), a ca
     def define_schema(cls):
         return io.Schema(
             node_id="FillScopeInspectModel",
-            display_name="FillScope Inspect Model",
+            display_name="Inspect Model",
             category=c.CATEGORY + "/inspect",
             description=(
                 "Passes the MODEL on (a clone: the input stays untouched) and records, while a sampler runs it, the "

@@ -127,14 +127,14 @@ class InspectVAE(InspectNode):
     def define_schema(cls):
         return io.Schema(
             node_id="FillScopeInspectVAE",
-            display_name="FillScope Inspect VAE",
+            display_name="Inspect VAE",
             category=CATEGORY,
             description=("Hands on a copy of the VAE that records each encode / decode a later node makes (VAEEncode, "
                          "VAEDecode, the tiled ones ...): input and output shapes, dtype, whether it tiled, time. "
                          "The same weights; the input VAE records nothing."),
             inputs=[io.Vae.Input("vae", tooltip="ComfyUI's VAE (VAELoader, a checkpoint's VAE); it is not changed: a "
                                                  "copy sharing its weights is handed on.")],
-            outputs=[io.Vae.Output("inspected", display_name="vae"), c.shapes_output()],
+            outputs=[io.Vae.Output("inspected"), c.shapes_output()],
             hidden=[io.Hidden.unique_id],
         )
 

@@ -125,7 +125,7 @@ class Inspect(InspectNode):
     def define_schema(cls):
         return io.Schema(
             node_id=cls.NODE_ID,
-            display_name="FillScope Inspect",
+            display_name="Inspect",
             category=CATEGORY,
             description=("Put on any link: hands on the very same value, unchanged, and shows its shapes (LATENT, "
                          "CONDITIONING, IMAGE, MASK, tensors; other values by type)."),

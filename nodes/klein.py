@@ -27,6 +27,7 @@ from ..fillscope.specs import shipped_config
 from ..fillscope.speed import KLEIN_STEP_CACHES
 from . import common as c
 from . import native_klein, native_model
+from . import tooltips as tips
 from .base import FillScopeNode
 from .native_vae import KLEIN_VAE_TOOLTIP, as_fillscope_vae, vae_input
 
@@ -50,7 +51,7 @@ class KleinInpaintCondition(FillScopeNode):
     def define_schema(cls):
         return io.Schema(
             node_id="FillScopeKleinInpaintCondition",
-            display_name="FillScope Klein Inpaint Condition",
+            display_name="Klein Inpaint Condition",
             category=CATEGORY,
             description=(
                 "VAE-encodes the whole source (FLUX.2: [B, 128, H/16, W/16], BatchNorm-normalised); its tokens are both "
@@ -102,7 +103,7 @@ class KleinEditCondition(FillScopeNode):
     def define_schema(cls):
         return io.Schema(
             node_id="FillScopeKleinEditCondition",
-            display_name="FillScope Klein Edit Condition",
+            display_name="Klein Edit Condition",
             category=CATEGORY,
             description=(
                 "Reference-image editing without a mask (restyle, change, combine): each image is VAE-encoded into "
@@ -176,7 +177,7 @@ class KleinSampler(FillScopeNode):
     def define_schema(cls):
         return io.Schema(
             node_id="FillScopeKleinSampler",
-            display_name="FillScope Klein Sampler",
+            display_name="Klein Inpaint & Edit Sampler",
             category=CATEGORY,
             description=(
                 "Flow-matching Euler over the klein transformer on noisy tokens ++ reference tokens [1, N + Nref, 128] "
@@ -189,7 +190,7 @@ class KleinSampler(FillScopeNode):
                 io.Model.Input("model", optional=True,
                                tooltip="ComfyUI's own FLUX.2 [klein] MODEL (UNETLoader of a ComfyUI that detects klein; "
                                        "native LoRAs and patches apply) in place of transformer (one of the two)."),
-                c.KleinText.Input("positive"),
+                c.KleinText.Input("positive", tooltip=tips.KLEIN_POSITIVE),
                 c.KleinCondition.Input("condition", tooltip="Klein Inpaint Condition or Klein Edit Condition."),
                 io.Int.Input("seed", default=0, min=c.bounds.SEED.min, max=c.bounds.SEED.max,
                              control_after_generate=True,
@@ -205,8 +206,10 @@ class KleinSampler(FillScopeNode):
                                tooltip="Edit strength (inpaint only): 1 repaints the mask from noise; 0.3-0.7 starts from "
                                        "the noised source and runs the last steps, keeping its layout and colours."),
                 io.Combo.Input("model_type", options=list(MODEL_TYPES), default="auto",
-                               tooltip="auto: as the transformer loader says (its model_type, then the repository's "
-                                       "model_index.json, else distilled). distilled / base override it."),
+                               tooltip="distilled (flux-2-klein-4b/9b: 4 steps, no guidance) or base (flux-2-klein-"
+                                       "base-*: ~50 steps, CFG 4 with a negative prompt); the weights cannot tell them "
+                                       "apart. auto: a repository's model_index.json (is_distilled), as the transformer "
+                                       "loader read it, else distilled (always distilled for ComfyUI's MODEL)."),
                 c.KleinText.Input("negative", optional=True,
                                   tooltip="The negative prompt's Qwen3 Encode (an empty prompt, as diffusers): needed by "
                                           "base models with guidance > 1; unused by distilled ones."),
@@ -237,10 +240,9 @@ class KleinSampler(FillScopeNode):
                                  f"{cfg['attention_head_dim']}, {cfg['num_layers']} double + {cfg['num_single_layers']} "
                                  f"single blocks, text {cfg['joint_attention_dim']}")
         else:
-            chosen = model_type if model_type != "auto" else transformer.extras.get("model_type", "auto")
-            distilled, why = resolve_distilled(transformer, chosen)
-            if chosen != "auto":
-                why = f"the {'sampler' if model_type != 'auto' else 'loader'}'s {why}"
+            distilled, why = resolve_distilled(transformer, model_type)
+            if model_type != "auto":
+                why = f"the sampler's {why}"
             for name, text in (("positive", positive), ("negative", negative)):
                 if text is not None:
                     check_text_width(name, text, transformer)

@@ -17,10 +17,10 @@ from pathlib import Path
 
 from comfy_api.latest import io
 
-from ..fillscope.checkpoints import WrongKindError, sniff
+from ..fillscope.checkpoints import WrongKindError
 from ..fillscope.fp8 import store_blocks_in_fp8
 from ..fillscope.pipelines.flux_fill import load_flux_fill_transformer
-from ..fillscope.pipelines.klein import MODEL_TYPES, load_klein_transformer, resolve_distilled, transformer_variant
+from ..fillscope.pipelines.klein import load_klein_transformer, resolve_distilled, transformer_variant
 from ..fillscope.pipelines.sd3_controlnet import (
     load_sd3_controlnet,
     load_sd3_transformer,
@@ -39,10 +39,13 @@ from .base import FillScopeNode
 
 class _Loader(FillScopeNode):
     """Shared schema and run; a subclass names its component and how to load and describe it. The record's
-    title is the display name without "FillScope " (FillScopeNode's default)."""
+    title is the display name (FillScopeNode's default)."""
 
     NODE_ID = ""
+    # the node as the pack's messages name it ("load it with FillScope Load VAE"); on the canvas, where ComfyUI's
+    # node-source badge already says FillScope, without "FillScope " (or CANVAS where that is a core node's name)
     DISPLAY = ""
+    CANVAS = ""
     DESCRIPTION = ""
     SOURCE_TOOLTIP = ""
     SOCKET = None
@@ -54,7 +57,7 @@ class _Loader(FillScopeNode):
     def define_schema(cls):
         return io.Schema(
             node_id=cls.NODE_ID,
-            display_name=cls.DISPLAY,
+            display_name=cls.CANVAS or cls.DISPLAY.removeprefix("FillScope "),
             category=c.CATEGORY + "/loaders",
             description=cls.DESCRIPTION,
             inputs=[
@@ -219,6 +222,8 @@ class LoadFluxFillTransformer(_Loader):
 class LoadVAE(_Loader):
     NODE_ID = "FillScopeLoadVAE"
     DISPLAY = "FillScope Load VAE"
+    CANVAS = "Load VAE (FLUX.1 / SD3 / FLUX.2)"  # ComfyUI's VAELoader is "Load VAE"
+    title = "Load VAE"
     DESCRIPTION = ("FLUX or SD3 autoencoder (16 latent channels, 8x; FLUX scale 0.3611 / shift 0.1159, SD3 1.5305 / "
                    "0.0609) or the FLUX.2 autoencoder of klein (32 channels, 2x2 patches -> 128 at 16x, BatchNorm-normalised).")
     SOURCE_TOOLTIP = ("Where the VAE comes from (a repo's vae/, vae/ae.safetensors, vae/flux2-vae.safetensors, or a "
@@ -356,25 +361,20 @@ class LoadKleinTransformer(_Loader):
         return [
             io.Combo.Input("variant", options=list(COMPONENTS["klein_transformer"].variants), default="klein-4b",
                            tooltip="Topology for placeholder/meta (klein-4b or klein-9b); a folder or file brings its own."),
-            io.Combo.Input("model_type", options=list(MODEL_TYPES), default="auto",
-                           tooltip="distilled (flux-2-klein-4b/9b: 4 steps, no guidance) or base (flux-2-klein-base-*: "
-                                   "~50 steps, CFG 4 with a negative prompt). The weights cannot tell them apart: auto "
-                                   "reads a repository's model_index.json (is_distilled) and otherwise assumes distilled; "
-                                   "set base for a base file. The sampler's model_type can override this."),
-        ]
+        ]  # distilled or base is the sampler's model_type (it serves ComfyUI's MODEL too, which has no FillScope loader)
 
     @classmethod
-    def load(cls, source, *, variant, model_type, **kw):
-        comp = load_klein_transformer(source, variant=variant, **kw)
-        comp.extras["model_type"] = model_type  # the sampler resolves it (resolve_distilled)
-        return comp
+    def load(cls, source, *, variant, **kw):
+        # what the files say of distilled / base (a repository's model_index.json is_distilled) stays in comp.extras,
+        # where the sampler's model_type "auto" reads it (resolve_distilled)
+        return load_klein_transformer(source, variant=variant, **kw)
 
     @classmethod
     def describe(cls, rec, comp):
         cfg = comp.config
         rec.fact("blocks", f"{cfg.get('num_layers')} double + {cfg.get('num_single_layers')} single (static-config)")
         rec.fact("variant", transformer_variant(cfg) or "own size (not klein 4B or 9B)")
-        distilled, why = resolve_distilled(comp, comp.extras["model_type"])
+        distilled, why = resolve_distilled(comp, "auto")  # what the sampler's model_type "auto" will find
         rec.fact("model type", f"{'distilled' if distilled else 'base'}, from {why}")
         rec.static("text condition (per token)", [cfg.get("joint_attention_dim")], role="input")
         rec.static("hidden_states (per token)", [cfg.get("in_channels")], role="input")
@@ -389,9 +389,8 @@ def holds(entry: str, kinds) -> str | None:
         if split is not None:
             if not split[1].lower().endswith((".safetensors", ".sft")):
                 return None
-            path = c._file_path(*split)[0]
-            info = sniff(path) if path else None
-            return next((k for k in kinds if info is not None and info.part(k) is not None), None)
+            held = c.file_kinds(c._file_path(*split)[0] or "") or frozenset()  # cached per file, bounded header
+            return next((k for k in kinds if k in held), None)
         path = c._diffusers_path(entry)[0]
         if not path:
             return None

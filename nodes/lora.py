@@ -27,6 +27,7 @@ from ..fillscope.errors import FillScopeInputError
 from ..fillscope.lora import DOWN, UP, describe, read_lora, with_loras
 from ..fillscope.placement import RESIDENCY
 from . import common as c
+from . import tooltips as tips
 from .base import FillScopeNode
 
 FOLDER = "loras"
@@ -63,7 +64,7 @@ def _find(name) -> tuple[str | None, FillScopeInputError | None]:
     for base in bases:
         path = os.path.join(os.path.abspath(base), *norm.split("/"))
         if os.path.isfile(path):
-            return os.path.realpath(path), None
+            return path, None  # links kept: see nodes/common.py _find_in
     return None, FillScopeInputError("lora_name", f"'{name}' was not found in ComfyUI's models/loras folders "
                                      f"({', '.join(bases) or 'none configured'}).", "put the file there, or " + FIX)
 
@@ -87,7 +88,7 @@ class _LoRA(FillScopeNode):
                 "transformer stays unpatched for any other branch. Chain nodes to stack LoRAs."
             ),
             inputs=[
-                cls.SOCKET.Input("transformer"),
+                cls.SOCKET.Input("transformer", tooltip=tips.LORA_TRANSFORMER),
                 io.Combo.Input("lora_name", options=lora_files(),
                                tooltip="A LoRA file in ComfyUI's models/loras folder (.safetensors; pickles are "
                                        "refused)."),
@@ -147,21 +148,21 @@ class _LoRA(FillScopeNode):
 
 class FluxFillLoRA(_LoRA):
     NODE_ID = "FillScopeFluxFillLoRA"
-    DISPLAY = "FillScope LoRA (FLUX.1 Fill)"
+    DISPLAY = "LoRA (FLUX.1 Fill)"
     SOCKET = c.FluxFillModel
     MODEL = "FLUX.1 Fill transformer (FLUX.1 [dev] and FLUX.1 Fill LoRAs)"
 
 
 class SD3LoRA(_LoRA):
     NODE_ID = "FillScopeSD3LoRA"
-    DISPLAY = "FillScope LoRA (SD3)"
+    DISPLAY = "LoRA (SD3)"
     SOCKET = c.SD3Model
     MODEL = "SD3 / SD3.5 transformer (LoRAs in diffusers/PEFT naming)"
 
 
 class KleinLoRA(_LoRA):
     NODE_ID = "FillScopeKleinLoRA"
-    DISPLAY = "FillScope LoRA (FLUX.2 [klein])"
+    DISPLAY = "LoRA (FLUX.2 [klein])"
     SOCKET = c.KleinModel
     MODEL = "FLUX.2 [klein] transformer (LoRAs made for the same klein size)"
 

@@ -60,7 +60,7 @@ ENCODE = {
     SD3: "encode for SD3: TripleCLIPLoader (clip_l + clip_g + t5xxl, or the CLIP of an SD3 checkpoint that includes "
          "its text encoders) -> CLIPTextEncode or CLIPTextEncodeSD3",
     KLEIN: "encode for klein: FillScope Load Qwen3 -> FillScope Qwen3 Encode (klein's three layers; wire it straight to "
-           "the Klein Sampler), or, in a ComfyUI that supports FLUX.2 [klein], CLIPLoader (its Qwen3 file, klein's "
+           "the Klein Inpaint & Edit Sampler), or, in a ComfyUI that supports FLUX.2 [klein], CLIPLoader (its Qwen3 file, klein's "
            "type) -> CLIPTextEncode",
 }
 ADAPTER = {FLUX: "FillScope FLUX Text from CONDITIONING", SD3: "FillScope SD3 Text from CONDITIONING",
@@ -217,7 +217,7 @@ class FluxTextFromConditioning(FillScopeNode):
     def define_schema(cls):
         return io.Schema(
             node_id="FillScopeFluxTextFromConditioning",
-            display_name="FillScope FLUX Text from CONDITIONING",
+            display_name="FLUX Text from CONDITIONING",
             category=c.CATEGORY + "/text",
             description=(
                 "ComfyUI's CONDITIONING (CLIPTextEncode / CLIPTextEncodeFlux on a FLUX CLIP) as FillScope's FLUX text: "
@@ -237,7 +237,7 @@ class FluxTextFromConditioning(FillScopeNode):
         if guidance is not None:
             rec.fact("guidance in the CONDITIONING", guidance)
             rec.note(f"the CONDITIONING's guidance {guidance} (CLIPTextEncodeFlux / FluxGuidance) is not used: FLUX "
-                     "Fill's guidance is the FillScope FLUX Fill Sampler's guidance input (FLUX.1 Fill [dev] is tuned "
+                     "Fill's guidance is the FLUX Fill Inpaint Sampler's guidance input (FLUX.1 Fill [dev] is tuned "
                      "for 30)")
         record_keys(rec, extras, used=("guidance",))
         keys = f"{SOURCE} (cross_attn)", f"{SOURCE} (pooled_output)"
@@ -277,7 +277,7 @@ class SD3TextFromConditioning(FillScopeNode):
     def define_schema(cls):
         return io.Schema(
             node_id="FillScopeSD3TextFromConditioning",
-            display_name="FillScope SD3 Text from CONDITIONING",
+            display_name="SD3 Text from CONDITIONING",
             category=c.CATEGORY + "/text",
             description=(
                 "ComfyUI's CONDITIONING (CLIPTextEncode / CLIPTextEncodeSD3 on an SD3 CLIP) as FillScope's SD3 text: "
@@ -417,11 +417,11 @@ class KleinTextFromConditioning(FillScopeNode):
     def define_schema(cls):
         return io.Schema(
             node_id="FillScopeKleinTextFromConditioning",
-            display_name="FillScope Klein Text from CONDITIONING",
+            display_name="Klein Text from CONDITIONING",
             category=c.CATEGORY + "/text",
             description=(
                 "ComfyUI's CONDITIONING (CLIPTextEncode on a FLUX.2 [klein] CLIP of a ComfyUI that supports klein) as "
-                "FillScope's klein text for the Klein Sampler's positive / negative: Qwen3 hidden states 9, 18, 27 "
+                "FillScope's klein text for the Klein Inpaint & Edit Sampler's positive / negative: Qwen3 hidden states 9, 18, 27 "
                 "concatenated, [1, 512, 7680] (klein 4B) / [1, 512, 12288] (klein 9B), unchanged; shorter "
                 "sequences left-padded with zeros to 512 as ComfyUI's Flux2 model pads them. One entry only; a "
                 "single-layer conditioning (Z-Image / Lumina 2) is refused."

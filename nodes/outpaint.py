@@ -26,7 +26,7 @@ class OutpaintPad(FillScopeNode):
     def define_schema(cls):
         return io.Schema(
             node_id="FillScopeOutpaintPad",
-            display_name="FillScope Outpaint Pad",
+            display_name="Outpaint Pad",
             category=c.CATEGORY + "/compositing",
             description=(
                 "Adds pixels around the image and returns the larger image and its mask (1 on the new area, 0 on the "
@@ -34,7 +34,8 @@ class OutpaintPad(FillScopeNode):
                 "multiples of 16: the condition node's size_mode pads or crops to the model's grid."
             ),
             inputs=[
-                io.Image.Input("image"),
+                io.Image.Input("image", tooltip="The image to extend; its pixels are copied unchanged into the larger "
+                                                "canvas."),
                 _side("left", 0),
                 _side("top", 0),
                 _side("right", 256),
@@ -50,7 +51,7 @@ class OutpaintPad(FillScopeNode):
                                      "condition's threshold 0.5 the band's outer half is repainted; at threshold 0 it "
                                      "stays soft. 0 = a hard edge exactly at the original's border."),
             ],
-            outputs=[io.Image.Output("padded", display_name="image"), io.Mask.Output("mask"), c.shapes_output()],
+            outputs=[io.Image.Output("padded"), io.Mask.Output("mask"), c.shapes_output()],
         )
 
     @classmethod

@@ -15,6 +15,7 @@ from ..fillscope.pipelines.sd3_controlnet import (
 from ..fillscope.specs import sd3_side_limit
 from . import common as c
 from . import native_model, native_sd3
+from . import tooltips as tips
 from .base import FillScopeNode
 from .native_vae import VAE_TOOLTIP, as_fillscope_vae, vae_input
 
@@ -29,7 +30,7 @@ class SD3InpaintCondition(FillScopeNode):
     def define_schema(cls):
         return io.Schema(
             node_id="FillScopeSD3InpaintCondition",
-            display_name="FillScope SD3 Inpaint Condition",
+            display_name="SD3 Inpaint Condition",
             category=c.CATEGORY + "/sd3 controlnet",
             description=(
                 "Repaint pixels -> black (-1), VAE-encode by the latent mean with SD3's scale/shift, mask resized to "
@@ -59,7 +60,7 @@ class SD3ControlNetInpaintSampler(FillScopeNode):
     def define_schema(cls):
         return io.Schema(
             node_id="FillScopeSD3ControlNetInpaintSampler",
-            display_name="FillScope SD3 ControlNet Inpaint Sampler",
+            display_name="SD3 ControlNet Inpaint Sampler",
             category=c.CATEGORY + "/sd3 controlnet",
             description=(
                 "Flow-matching Euler with classifier-free guidance; each step the inpainting ControlNet turns the "
@@ -72,23 +73,24 @@ class SD3ControlNetInpaintSampler(FillScopeNode):
                                tooltip="ComfyUI's own SD3 / SD3.5 MODEL (CheckpointLoaderSimple or UNETLoader; native "
                                        "LoRAs and patches apply) in place of transformer (one of the two). FillScope's "
                                        "ControlNet, schedule (the shift input) and CFG stay."),
-                c.SD3ControlNet.Input("controlnet"),
-                c.SD3Text.Input("positive"),
+                c.SD3ControlNet.Input("controlnet", tooltip=tips.SD3_CONTROLNET),
+                c.SD3Text.Input("positive", tooltip=tips.SD3_POSITIVE),
                 c.SD3Text.Input("negative", tooltip="The negative prompt's SD3 text condition (an empty prompt is fine)."),
-                c.SD3Condition.Input("condition"),
+                c.SD3Condition.Input("condition", tooltip=tips.SD3_CONDITION),
                 io.Int.Input("seed", default=0, min=c.bounds.SEED.min, max=c.bounds.SEED.max,
                              control_after_generate=True,
                              tooltip="Same seed -> same initial noise as diffusers (CPU generator)."),
-                io.Int.Input("steps", default=28, min=c.bounds.STEPS.min, max=c.bounds.STEPS.max),
+                io.Int.Input("steps", default=28, min=c.bounds.STEPS.min, max=c.bounds.STEPS.max,
+                             tooltip=tips.STEPS + " SD3 with the inpainting ControlNet: 28."),
                 io.Float.Input("cfg", default=7.0, min=B["cfg"].min, max=B["cfg"].max, step=0.1,
                                tooltip="Classifier-free guidance; 1 = off."),
                 io.Float.Input("control_scale", default=0.95, min=B["control_scale"].min, max=B["control_scale"].max,
                                step=0.01,
                                tooltip="ControlNet residual scale (0.95 on the model card)."),
                 io.Float.Input("control_start", default=0.0, min=B["control_start"].min,
-                               max=B["control_start"].max, step=0.01),
+                               max=B["control_start"].max, step=0.01, tooltip=tips.CONTROL_START),
                 io.Float.Input("control_end", default=1.0, min=B["control_end"].min,
-                               max=B["control_end"].max, step=0.01),
+                               max=B["control_end"].max, step=0.01, tooltip=tips.CONTROL_END),
                 io.Float.Input("shift", default=3.0, min=B["shift"].min, max=B["shift"].max, step=0.1,
                                tooltip="Static schedule shift (SD3: 3.0)."),
                 io.Float.Input("denoise", default=1.0, min=B["denoise"].min, max=B["denoise"].max, step=0.01,

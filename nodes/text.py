@@ -18,6 +18,7 @@ from ..fillscope.text import (
     split_prompts,
 )
 from . import common as c
+from . import tooltips as tips
 from .base import FillScopeNode
 
 
@@ -28,13 +29,14 @@ class CLIPLEncode(FillScopeNode):
     def define_schema(cls):
         return io.Schema(
             node_id="FillScopeCLIPLEncode",
-            display_name="FillScope CLIP-L Encode",
+            display_name="CLIP-L Encode",
             category=c.CATEGORY + "/text",
             description=(
                 "Tokenises to 77 tokens and encodes with CLIP-L: pooled (EOS) vector for FLUX; penultimate hidden "
                 "state and projected text_embeds for SD3."
             ),
-            inputs=[c.ClipL.Input("clip_l"), io.String.Input("text", multiline=True, default="")],
+            inputs=[c.ClipL.Input("clip_l", tooltip=tips.CLIP_L),
+                    io.String.Input("text", multiline=True, default="", tooltip=tips.CLIP_TEXT)],
             outputs=[c.ClipEmbeds.Output("clip_embeds", display_name="clip_embeds"), c.shapes_output()],
         )
 
@@ -66,10 +68,11 @@ class CLIPGEncode(FillScopeNode):
     def define_schema(cls):
         return io.Schema(
             node_id="FillScopeCLIPGEncode",
-            display_name="FillScope CLIP-G Encode",
+            display_name="CLIP-G Encode",
             category=c.CATEGORY + "/text",
             description="Tokenises to 77 tokens (padded with '!') and encodes with CLIP-G: penultimate hidden state and text_embeds.",
-            inputs=[c.ClipG.Input("clip_g"), io.String.Input("text", multiline=True, default="")],
+            inputs=[c.ClipG.Input("clip_g", tooltip=tips.CLIP_G),
+                    io.String.Input("text", multiline=True, default="", tooltip=tips.CLIP_TEXT)],
             outputs=[c.ClipGEmbeds.Output("clip_g_embeds", display_name="clip_g_embeds"), c.shapes_output()],
         )
 
@@ -87,12 +90,14 @@ class T5Encode(FillScopeNode):
     def define_schema(cls):
         return io.Schema(
             node_id="FillScopeT5Encode",
-            display_name="FillScope T5-XXL Encode",
+            display_name="T5-XXL Encode",
             category=c.CATEGORY + "/text",
             description="Tokenises to max_length tokens (FLUX: 512, SD3: 256) and encodes with T5-XXL.",
             inputs=[
-                c.T5.Input("t5"),
-                io.String.Input("text", multiline=True, default=""),
+                c.T5.Input("t5", tooltip=tips.T5),
+                io.String.Input("text", multiline=True, default="",
+                                tooltip=tips.PROMPT + " T5 reads up to max_length tokens; longer prompts are cut with a "
+                                                      "warning."),
                 io.Int.Input("max_length", default=512, min=1, max=512, tooltip="FLUX.1 [dev] uses 512, SD3 256."),
             ],
             outputs=[c.T5Embeds.Output("t5_embeds", display_name="t5_embeds"), c.shapes_output()],
@@ -120,10 +125,11 @@ class FluxTextCondition(FillScopeNode):
     def define_schema(cls):
         return io.Schema(
             node_id="FillScopeFluxTextCondition",
-            display_name="FillScope FLUX Text Condition",
+            display_name="FLUX Text Condition",
             category=c.CATEGORY + "/text",
             description="FLUX reads the T5 sequence (joint attention) and the CLIP-L pooled vector (modulation).",
-            inputs=[c.T5Embeds.Input("t5_embeds"), c.ClipEmbeds.Input("clip_embeds")],
+            inputs=[c.T5Embeds.Input("t5_embeds", tooltip=tips.T5_EMBEDS),
+                    c.ClipEmbeds.Input("clip_embeds", tooltip=tips.CLIP_L_EMBEDS)],
             outputs=[c.FluxText.Output("flux_text", display_name="flux_text"), c.shapes_output()],
         )
 
@@ -147,14 +153,16 @@ class SD3TextCondition(FillScopeNode):
     def define_schema(cls):
         return io.Schema(
             node_id="FillScopeSD3TextCondition",
-            display_name="FillScope SD3 Text Condition",
+            display_name="SD3 Text Condition",
             category=c.CATEGORY + "/text",
             description=(
                 "SD3's joint context: CLIP-L ++ CLIP-G penultimate states (768 + 1280), zero-padded to 4096, then T5 "
                 "tokens after them -> [1, 77 + 256, 4096]; pooled = L ++ G text_embeds -> [1, 2048]. Build one for "
                 "the prompt and one for the negative prompt."
             ),
-            inputs=[c.ClipEmbeds.Input("clip_l_embeds"), c.ClipGEmbeds.Input("clip_g_embeds"), c.T5Embeds.Input("t5_embeds")],
+            inputs=[c.ClipEmbeds.Input("clip_l_embeds", tooltip=tips.CLIP_L_EMBEDS),
+                    c.ClipGEmbeds.Input("clip_g_embeds", tooltip=tips.CLIP_G_EMBEDS),
+                    c.T5Embeds.Input("t5_embeds", tooltip=tips.T5_EMBEDS)],
             outputs=[c.SD3Text.Output("sd3_text", display_name="sd3_text"), c.shapes_output()],
         )
 
@@ -202,14 +210,14 @@ class Qwen3Encode(FillScopeNode):
     def define_schema(cls):
         return io.Schema(
             node_id="FillScopeQwen3Encode",
-            display_name="FillScope Qwen3 Encode",
+            display_name="Qwen3 Encode",
             category=c.CATEGORY + "/text",
             description=(
                 "FLUX.2 [klein]'s text condition: the prompt in Qwen3's chat template (thinking off), padded to 512 "
                 "tokens; hidden states 9, 18, 27 stacked per token -> [1, 512, 7680] (Qwen3-4B) / [1, 512, 12288] "
                 "(Qwen3-8B). Wire a second one (an empty prompt) to the sampler's negative for base models."
             ),
-            inputs=[c.Qwen3.Input("qwen3"),
+            inputs=[c.Qwen3.Input("qwen3", tooltip=tips.QWEN3),
                     io.String.Input("text", multiline=True, default="",
                                     tooltip="The prompt: what to paint in the mask, or (edit) what to change."
                                             + SEVERAL_PROMPTS_TOOLTIP)],
@@ -243,7 +251,7 @@ class FluxPrompt(FillScopeNode):
     def define_schema(cls):
         return io.Schema(
             node_id="FillScopeFluxPrompt",
-            display_name="FillScope FLUX Prompt",
+            display_name="FLUX Prompt",
             category=c.CATEGORY + "/text",
             description=(
                 "One prompt box for FLUX.1 Fill: the text is encoded by CLIP-L (pooled vector, modulation) and T5-XXL "
@@ -251,8 +259,8 @@ class FluxPrompt(FillScopeNode):
                 "T5-XXL Encode + FLUX Text Condition, which stay available to inspect each stage on its own."
             ),
             inputs=[
-                c.ClipL.Input("clip_l"),
-                c.T5.Input("t5"),
+                c.ClipL.Input("clip_l", tooltip=tips.CLIP_L),
+                c.T5.Input("t5", tooltip=tips.T5),
                 io.String.Input("text", multiline=True, default="", tooltip=PROMPT_TOOLTIP + SEVERAL_PROMPTS_TOOLTIP),
                 io.Int.Input("max_length", default=512, min=1, max=512, tooltip="T5 tokens; FLUX.1 [dev] uses 512."),
             ],
@@ -282,7 +290,7 @@ class SD3Prompt(FillScopeNode):
     def define_schema(cls):
         return io.Schema(
             node_id="FillScopeSD3Prompt",
-            display_name="FillScope SD3 Prompt",
+            display_name="SD3 Prompt",
             category=c.CATEGORY + "/text",
             description=(
                 "One prompt box for SD3 / SD3.5: the text is encoded by CLIP-L, CLIP-G and T5-XXL (256 tokens) and "
@@ -290,9 +298,9 @@ class SD3Prompt(FillScopeNode):
                 "one for the negative prompt. The same as the three Encode nodes + SD3 Text Condition."
             ),
             inputs=[
-                c.ClipL.Input("clip_l"),
-                c.ClipG.Input("clip_g"),
-                c.T5.Input("t5"),
+                c.ClipL.Input("clip_l", tooltip=tips.CLIP_L),
+                c.ClipG.Input("clip_g", tooltip=tips.CLIP_G),
+                c.T5.Input("t5", tooltip=tips.T5),
                 io.String.Input("text", multiline=True, default="",
                                 tooltip=PROMPT_TOOLTIP + " On the sampler's negative input: what to avoid."
                                 + SEVERAL_PROMPTS_TOOLTIP),

@@ -10,18 +10,20 @@ from ..fillscope.pipelines.klein import transformer_variant
 from ..fillscope.trace.report import write_report
 from ..fillscope.trace.run import trace_pipeline
 from . import common as c
+from . import tooltips as tips
 from .base import FillScopeNode
 from .inspect import output_stem
 
 
 def _trace_inputs():
     return [
-        io.Int.Input("width", default=1024, min=c.bounds.TRACE["width"].min, max=c.bounds.TRACE["width"].max, step=1),
+        io.Int.Input("width", default=1024, min=c.bounds.TRACE["width"].min, max=c.bounds.TRACE["width"].max, step=1,
+                     tooltip=tips.TRACE_WIDTH),
         io.Int.Input("height", default=1024, min=c.bounds.TRACE["height"].min, max=c.bounds.TRACE["height"].max,
-                     step=1),
-        io.String.Input("prompt", multiline=True, default="a red brick fireplace"),
+                     step=1, tooltip=tips.TRACE_HEIGHT),
+        io.String.Input("prompt", multiline=True, default="a red brick fireplace", tooltip=tips.TRACE_PROMPT),
         io.Boolean.Input("line_trace", default=True, tooltip="Also trace every executed line of diffusers/transformers (slower)."),
-        io.String.Input("filename_prefix", default="fillscope/trace"),
+        io.String.Input("filename_prefix", default="fillscope/trace", tooltip=tips.TRACE_PREFIX),
     ]
 
 
@@ -76,10 +78,12 @@ class FluxFillTrace(_Trace):
     def define_schema(cls):
         return io.Schema(
             node_id="FillScopeFluxFillTrace",
-            display_name="FillScope FLUX Fill Trace",
+            display_name="FLUX Fill Trace",
             category=c.CATEGORY + "/inspect",
             description="Runs the loaded FLUX Fill stack for one denoiser step under the tracers and writes the five-page report.",
-            inputs=[c.ClipL.Input("clip_l"), c.T5.Input("t5"), c.FluxFillModel.Input("transformer"), c.Vae.Input("vae"), *_trace_inputs()],
+            inputs=[c.ClipL.Input("clip_l", tooltip=tips.CLIP_L), c.T5.Input("t5", tooltip=tips.T5),
+                    c.FluxFillModel.Input("transformer", tooltip=tips.FLUX_FILL_TRANSFORMER),
+                    c.Vae.Input("vae", tooltip=tips.TRACE_VAE), *_trace_inputs()],
             outputs=[c.shapes_output()],
             is_output_node=True,
         )
@@ -95,11 +99,13 @@ class SD3ControlNetTrace(_Trace):
     def define_schema(cls):
         return io.Schema(
             node_id="FillScopeSD3ControlNetTrace",
-            display_name="FillScope SD3 ControlNet Trace",
+            display_name="SD3 ControlNet Trace",
             category=c.CATEGORY + "/inspect",
             description="Runs the loaded SD3 + inpainting ControlNet stack for one CFG denoiser step under the tracers and writes the five-page report.",
-            inputs=[c.ClipL.Input("clip_l"), c.ClipG.Input("clip_g"), c.T5.Input("t5"), c.SD3Model.Input("transformer"),
-                    c.SD3ControlNet.Input("controlnet"), c.Vae.Input("vae"), *_trace_inputs()],
+            inputs=[c.ClipL.Input("clip_l", tooltip=tips.CLIP_L), c.ClipG.Input("clip_g", tooltip=tips.CLIP_G),
+                    c.T5.Input("t5", tooltip=tips.T5), c.SD3Model.Input("transformer", tooltip=tips.SD3_TRANSFORMER),
+                    c.SD3ControlNet.Input("controlnet", tooltip=tips.SD3_CONTROLNET),
+                    c.Vae.Input("vae", tooltip=tips.TRACE_VAE), *_trace_inputs()],
             outputs=[c.shapes_output()],
             is_output_node=True,
         )
@@ -120,11 +126,13 @@ class KleinTrace(_Trace):
     def define_schema(cls):
         return io.Schema(
             node_id="FillScopeKleinTrace",
-            display_name="FillScope Klein Trace",
+            display_name="Klein Trace",
             category=c.CATEGORY + "/inspect",
             description="Runs the loaded FLUX.2 [klein] stack (4B or 9B, from the transformer) for one inpaint denoiser "
                         "step under the tracers and writes the five-page report.",
-            inputs=[c.Qwen3.Input("qwen3"), c.KleinModel.Input("transformer"), c.Vae.Input("vae"), *_trace_inputs()],
+            inputs=[c.Qwen3.Input("qwen3", tooltip=tips.QWEN3),
+                    c.KleinModel.Input("transformer", tooltip=tips.KLEIN_TRANSFORMER),
+                    c.Vae.Input("vae", tooltip=tips.TRACE_VAE), *_trace_inputs()],
             outputs=[c.shapes_output()],
             is_output_node=True,
         )

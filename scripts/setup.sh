@@ -11,6 +11,11 @@
 #   3. Links the pack (this repo) into <comfyui>/custom_nodes/FillScope and copies the example image
 #      (api_workflows/fillscope_example.png) into <comfyui>/input/ when it is not there yet.
 #   4. Makes comfy-cli non-interactive (tracking disabled).
+#   5. The newest ComfyUI frontend the browser tests also run on (NEWEST_FRONTEND below; the pinned one, 1.32.9,
+#      is ComfyUI 0.3.75's own requirement, installed in .venv): `pip download --no-deps` of its wheel from PyPI,
+#      its comfyui_frontend_package/static unpacked to tests/.cache/frontends/<version>/static (the tests serve
+#      it with ComfyUI's --front-end-root). Skipped when its stamp is there; a failed download is a warning, not
+#      an error: the browser tests on that frontend then skip, and fail under CI=true.
 #
 # Environment: PYTHON (default python3), COMFYUI_PATH (use an existing ComfyUI instead of .comfyui).
 set -euo pipefail
@@ -181,6 +186,48 @@ if ! grep -qs '^enable_tracking *= *False' "$CFG"; then
   DO_NOT_TRACK=1 "$VENV/bin/comfy" --skip-prompt tracking disable >/dev/null 2>&1 \
     || say "warning: 'comfy tracking disable' failed (comfy-cli may prompt)"
   say "comfy-cli: tracking disabled"
+fi
+
+# --- 5. the newest frontend for the browser tests ----------------------------------------------
+# The one place its version is pinned: tests/browser.py reads NEWEST_FRONTEND from this line.
+NEWEST_FRONTEND="1.58.1"
+FE_DIR="$ROOT/tests/.cache/frontends/$NEWEST_FRONTEND"
+FE_STAMP="$FE_DIR/.fillscope-frontend"
+if [ -f "$FE_STAMP" ] && [ -f "$FE_DIR/static/index.html" ]; then
+  say "newest frontend: $NEWEST_FRONTEND present (${FE_DIR#"$ROOT"/}/static)"
+else
+  say "newest frontend: downloading comfyui-frontend-package==$NEWEST_FRONTEND from PyPI (--no-deps, ~30 MB)"
+  mkdir -p "$ROOT/tests/.cache"
+  # the cache ignores itself (as .pytest_cache does): nothing under it is ever committed
+  [ -f "$ROOT/tests/.cache/.gitignore" ] \
+    || printf '# written by scripts/setup.sh\n*\n' > "$ROOT/tests/.cache/.gitignore"
+  FE_TMP="$(mktemp -d)"
+  FE_WHEEL=""
+  if pip_q download --no-deps "comfyui-frontend-package==$NEWEST_FRONTEND" -d "$FE_TMP/dl"; then
+    FE_WHEEL="$(ls "$FE_TMP"/dl/comfyui_frontend_package-*.whl 2>/dev/null | head -n1 || true)"
+  fi
+  if [ -z "$FE_WHEEL" ]; then
+    say "warning: could not download comfyui-frontend-package==$NEWEST_FRONTEND from PyPI;" \
+        "the browser tests on it will skip (fail under CI)"
+  elif ! "$VPY" - "$FE_WHEEL" "$FE_TMP/x" <<'EOF'
+import sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as z:
+    z.extractall(sys.argv[2], [m for m in z.namelist() if m.startswith("comfyui_frontend_package/static/")])
+EOF
+  then
+    say "warning: could not unpack $FE_WHEEL;" \
+        "the browser tests on frontend $NEWEST_FRONTEND will skip (fail under CI)"
+  elif [ ! -f "$FE_TMP/x/comfyui_frontend_package/static/index.html" ]; then
+    say "warning: $(basename "$FE_WHEEL") has no comfyui_frontend_package/static/index.html;" \
+        "the browser tests on it will skip (fail under CI)"
+  else
+    rm -rf "$FE_DIR"
+    mkdir -p "$FE_DIR"
+    mv "$FE_TMP/x/comfyui_frontend_package/static" "$FE_DIR/static"
+    printf 'comfyui-frontend-package==%s\n' "$NEWEST_FRONTEND" > "$FE_STAMP"
+    say "newest frontend: $NEWEST_FRONTEND unpacked to ${FE_DIR#"$ROOT"/}/static"
+  fi
+  rm -rf "$FE_TMP"
 fi
 
 say "ready: venv=.venv comfyui=$COMFY"

@@ -20,6 +20,18 @@ What it relies on in ComfyUI's frontend (1.32.x, `comfyui-frontend-package`):
   - the new-user check in GraphView: a user without the setting `Comfy.TutorialCompleted` gets the
     Templates dialog; preset it with POST /settings/Comfy.TutorialCompleted before the page loads.
 No browser is ever downloaded: Debian's chromium is used (apt-get install chromium).
+
+Two frontends are tested (tests/test_browser_frontends.py): the pinned one (ComfyUI 0.3.75's requirement, 1.32.9, in
+.venv) and the newest on PyPI (NEWEST_FRONTEND, pinned in scripts/setup.sh, which unpacks it under
+tests/.cache/frontends/; ComfyServer(front_end_root=newest_frontend_root())). What differs in 1.58.1, and how this
+helper reads both:
+  - its dialogs are reka-ui's (role=dialog, no `.p-dialog` class), and missing nodes / models are no dialog but an
+    issues card (`[data-testid=error-overlay]`, role=status): DIALOG_SELECTOR covers all of them;
+  - the sidebar's tab buttons carry `data-testid="<tab id>-tab-button"` instead of the class `<tab id>-tab-button`:
+    sidebar_tab_button(tab_id) matches either;
+  - it reads the queue and history through ComfyUI's Jobs API (GET /api/jobs), which 0.3.75 does not have: the
+    404s' console errors are filtered by name (JOBS_API_404_ERRORS), nothing broader;
+  - a node without widgets serialises no `widgets_values` (1.32.9: []).
 """
 
 from __future__ import annotations
@@ -70,10 +82,105 @@ DEFAULT_SETTINGS = {
     "Comfy.TutorialCompleted": True,  # else: the Templates dialog (GraphView's loadDefaultWorkflow)
     "Comfy.Notification.ShowVersionUpdates": False,
     "Comfy.Minimap.Visible": False,  # screenshots: the minimap covers the canvas' bottom right corner
+    # the litegraph canvas unless a test asks for Nodes 2.0: settings are the server's, per user, so a page that turned
+    # it on would otherwise leave it on for the next page on the same server (the default is off in 1.32.9 and 1.58.1)
+    "Comfy.VueNodes.Enabled": False,
 }
+
+VUE_NODES = "Comfy.VueNodes.Enabled"  # the setting behind "Modern Node Design (Nodes 2.0)": DOM nodes, not canvas-drawn
+
+# The app's dialogs, on both frontends: PrimeVue's `.p-dialog` (1.32.9), reka-ui's role=dialog / alertdialog
+# (1.58.1), and 1.58.1's issues card, which lists missing nodes and models where 1.32.9 opened a dialog.
+DIALOG_SELECTOR = ".p-dialog, [role=dialog], [role=alertdialog], [data-testid='error-overlay']"
+
+
+def sidebar_tab_button(tab_id: str) -> str:
+    """The selector of a sidebar tab's button: class `<id>-tab-button` (1.32.9) or data-testid (1.58.1)."""
+    return f".{tab_id}-tab-button, [data-testid='{tab_id}-tab-button']"
+
+
+# ---- the frontends under test -----------------------------------------------------------------------------------
+REPO = Path(__file__).resolve().parent.parent
+FRONTENDS_CACHE = REPO / "tests" / ".cache" / "frontends"  # scripts/setup.sh unpacks the newest frontend here
+
+
+def _newest_frontend_pin() -> str:
+    """NEWEST_FRONTEND="x.y.z" in scripts/setup.sh: the one place that version is pinned."""
+    import re
+
+    m = re.search(r'^NEWEST_FRONTEND="([0-9][0-9A-Za-z.]*)"', (REPO / "scripts" / "setup.sh").read_text(), re.M)
+    if not m:
+        raise RuntimeError('scripts/setup.sh has no NEWEST_FRONTEND="x.y.z" line (the newest frontend\'s pin)')
+    return m.group(1)
+
+
+NEWEST_FRONTEND = _newest_frontend_pin()
+
+
+def newest_frontend_root() -> Path | None:
+    """tests/.cache/frontends/<NEWEST_FRONTEND>/static when `make setup` unpacked it (its stamp written last), else
+    None."""
+    folder = FRONTENDS_CACHE / NEWEST_FRONTEND
+    root = folder / "static"
+    return root if (folder / ".fillscope-frontend").is_file() and (root / "index.html").is_file() else None
+
+
+def pinned_frontend_version() -> str:
+    """The frontend ComfyUI requires (`comfyui-frontend-package==x.y.z` in its requirements.txt; 1.32.9 for 0.3.75):
+    the one `make setup` installs into .venv and a server without front_end_root serves."""
+    from comfy_server import comfyui_path
+
+    for line in (comfyui_path() / "requirements.txt").read_text().splitlines():
+        name, _, version = line.partition("==")
+        if name.strip().replace("_", "-").lower() == "comfyui-frontend-package":
+            return version.split(";")[0].strip()
+    raise RuntimeError(f"no comfyui-frontend-package pin in {comfyui_path() / 'requirements.txt'}")
+
+
+FRONTENDS = ("pinned", "newest")  # the frontends the browser tests run on (see the module docstring)
+
+
+def frontend_ids() -> list[str]:
+    """The test ids of FRONTENDS: their versions (the pinned one read from ComfyUI's requirements, "pinned" where
+    ComfyUI is not installed: its tests then skip, or fail under CI)."""
+    try:
+        pinned = pinned_frontend_version()
+    except (OSError, RuntimeError):
+        pinned = "pinned"
+    return [pinned, NEWEST_FRONTEND]
+
+
+def frontend_server(request, which: str, pinned_fixture: str = "comfy_server"):
+    """The server for a test on frontend `which`: the session's fixture `pinned_fixture` (the frontend in .venv), or
+    tests/conftest.py's newest_frontend_server (skipped, or failed under CI, when the newest frontend is missing)."""
+    return request.getfixturevalue(pinned_fixture if which == "pinned" else "newest_frontend_server")
+
+
+def require_newest_frontend() -> Path:
+    """The newest frontend's static folder; skipped with the reason when `make setup` could not unpack it (a failure
+    under CI, tests/conftest.py: a missing frontend never passes CI silently)."""
+    import pytest
+
+    root = newest_frontend_root()
+    if root is None:
+        pytest.skip(f"frontend {NEWEST_FRONTEND} is not unpacked at {FRONTENDS_CACHE / NEWEST_FRONTEND / 'static'}: "
+                    f"`make setup` downloads comfyui-frontend-package=={NEWEST_FRONTEND} from PyPI (see its warning)")
+    return root
 
 # localStorage preset before any page script runs: the "Nodes 2.0" banner stays closed (TryVueNodeBanner).
 LOCAL_STORAGE = {"vueNodesBannerDismissed": "true"}
+
+
+# Frontend 1.58.1 reads the queue and the history through ComfyUI's Jobs API (GET /api/jobs?status=...&limit=...),
+# which ComfyUI 0.3.75 does not serve: every websocket status message (start-up, each queued prompt) makes it log
+# these, with a JobsApiError "Failed to fetch jobs: 404" (its fetchJobsRaw; getQueue / the assets store's update).
+# The 404 responses themselves (path /api/jobs) are failed resource loads, ignored as every non-extension one is.
+# FillScope reads /history and /queue itself (web/fillscope_memory.js), which 0.3.75 serves.
+JOBS_API_PATH = "/api/jobs"
+JOBS_API_404_ERRORS = (
+    "[Jobs API] Error fetching jobs: JobsApiError: Failed to fetch jobs: 404",
+    "Failed to fetch queue: JobsApiError: Failed to fetch jobs: 404",
+)
 
 
 def ignorable_console_error(text: str, url: str) -> bool:
@@ -83,9 +190,12 @@ def ignorable_console_error(text: str, url: str) -> bool:
     - frontend 1.32.9's own start-up TypeError: GraphView's useRenderModeSetting sets
       LiteGraph.Canvas.MinFontSizeForLOD (vue 0 / litegraph 8) before that setting is registered, and the
       setting store's onChange reads `.id` of the missing definition. It is logged on every page load, with
-      or without custom nodes, whatever the stored value (measured: presetting 0 or 8 does not avoid it)."""
+      or without custom nodes, whatever the stored value (measured: presetting 0 or 8 does not avoid it);
+    - frontend 1.58.1's Jobs API 404s on ComfyUI 0.3.75 (JOBS_API_404_ERRORS: those two messages exactly)."""
     if text.startswith("Failed to load resource"):
         return "/extensions/" not in url
+    if text.startswith(JOBS_API_404_ERRORS):
+        return True
     return (text.startswith("TypeError: Cannot read properties of undefined (reading 'id')")
             and "at onChange (" in text and "at load (" in text and "/GraphView-" in text)
 
@@ -231,11 +341,13 @@ class ComfyPage:
         self.dismiss_dialogs()
 
     def open_dialogs(self) -> list[str]:
-        """Text of the app's visible (PrimeVue) dialogs, e.g. Templates or the missing-nodes warning."""
+        """Text of the app's visible dialogs (DIALOG_SELECTOR, outermost only), e.g. Templates or the missing-nodes
+        warning (1.58.1: its issues card)."""
         return self.page.evaluate(
-            """() => [...document.querySelectorAll('.p-dialog')]
+            """(sel) => [...document.querySelectorAll(sel)]
+                   .filter(d => !(d.parentElement && d.parentElement.closest(sel)))
                    .filter(d => d.offsetParent !== null || d.getClientRects().length)
-                   .map(d => (d.innerText || '').trim().slice(0, 500))"""
+                   .map(d => (d.innerText || '').trim().slice(0, 500))""", DIALOG_SELECTOR
         )
 
     def dismiss_dialogs(self, attempts: int = 3) -> None:
@@ -245,7 +357,9 @@ class ComfyPage:
                 return
             self.page.keyboard.press("Escape")
             self.page.wait_for_timeout(200)
-            for btn in self.page.query_selector_all(".p-dialog .p-dialog-close-button"):
+            for btn in self.page.query_selector_all(
+                    ".p-dialog .p-dialog-close-button, [role=dialog] button[aria-label='Close dialog'],"
+                    " [role=dialog] button[aria-label=Close], [data-testid='error-overlay'] button[aria-label=Close]"):
                 try:
                     btn.click(timeout=1000)
                 except Exception:
@@ -261,8 +375,8 @@ class ComfyPage:
     def wait_dialog(self, text: str, timeout: float = 10.0) -> None:
         """Until an app dialog containing `text` is shown."""
         self.page.wait_for_function(
-            "(t) => [...document.querySelectorAll('.p-dialog')].some(d => (d.innerText || '').includes(t))",
-            arg=text, timeout=timeout * 1000)
+            "([t, sel]) => [...document.querySelectorAll(sel)].some(d => (d.innerText || '').includes(t))",
+            arg=[text, DIALOG_SELECTOR], timeout=timeout * 1000)
 
     def missing_node_types(self) -> list[str]:
         """Types of the graph's nodes that LiteGraph has no registration for."""
@@ -317,6 +431,20 @@ class ComfyPage:
         """Node ids the server took from its cache for prompt_id (websocket `execution_cached`)."""
         return self.page.evaluate("(pid) => window.__fsTest.cached[pid] || []", prompt_id)
 
+    def frontend_version(self) -> str:
+        """The frontend's version as the page reports it (window.__COMFYUI_FRONTEND_VERSION__)."""
+        return self.page.evaluate("() => window.__COMFYUI_FRONTEND_VERSION__")
+
+    def vue_nodes(self) -> bool:
+        """Whether the page draws Nodes 2.0 (setting Comfy.VueNodes.Enabled) rather than the litegraph canvas."""
+        return bool(self.page.evaluate("(id) => window.app.ui.settings.getSettingValue(id)", VUE_NODES))
+
+    def open_sidebar_tab(self, tab_id: str) -> None:
+        """Click the tab's button in the side toolbar (either frontend's) until the tab is the active one."""
+        self.page.click(sidebar_tab_button(tab_id))
+        self.page.wait_for_function("(id) => window.app.extensionManager.sidebarTab.activeSidebarTabId === id",
+                                    arg=tab_id)
+
     def extension_names(self) -> list[str]:
         """Names of the frontend extensions registered with app.registerExtension (app.extensions)."""
         return self.page.evaluate("() => window.app.extensions.map(e => e.name)")
@@ -349,6 +477,16 @@ class ComfyPage:
                  c.setDirty(true, true); }"""
         )
         self.page.wait_for_timeout(300)
+
+    def zoom_out_to(self, scale: float) -> float:
+        """Zoom out about the view's centre to `scale` where the view is closer than that (a whole graph that fits at
+        a readable zoom, seen zoomed out); the scale now."""
+        now = self.page.evaluate(
+            """(s) => { const c = window.app.canvas, r = c.canvas.getBoundingClientRect();
+                 if (c.ds.scale > s) c.ds.changeScale(s, [r.width / 2, r.height / 2]);
+                 c.setDirty(true, true); return c.ds.scale; }""", scale)
+        self.page.wait_for_timeout(300)
+        return now
 
     def screenshot(self, path: str | os.PathLike) -> Path:
         path = Path(path)

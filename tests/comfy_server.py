@@ -110,7 +110,11 @@ class ComfyServer:
         extra_args: list[str] | tuple[str, ...] = (),
         env: dict[str, str] | None = None,
         startup_timeout: float = 180.0,
+        front_end_root: str | os.PathLike | None = None,
     ):
+        """`front_end_root`: a frontend's static folder (an unpacked comfyui-frontend-package's
+        comfyui_frontend_package/static, tests/.cache/frontends/<version>/static from scripts/setup.sh) served instead of
+        the one installed in ComfyUI's Python (ComfyUI's --front-end-root)."""
         self.comfyui = Path(comfyui).resolve() if comfyui else comfyui_path()
         self.port = port or free_port()
         self.host = "127.0.0.1"
@@ -118,6 +122,7 @@ class ComfyServer:
         py = python or os.environ.get("COMFYUI_PYTHON") or sys.executable
         self.python = os.path.abspath(py) if os.sep in py else (shutil.which(py) or py)
         self.extra_args = list(extra_args)
+        self.front_end_root = Path(front_end_root).resolve() if front_end_root else None
         self.env = env
         self.startup_timeout = startup_timeout
         self._own_workdir = workdir is None
@@ -146,6 +151,7 @@ class ComfyServer:
             "--temp-directory", str(self.temp_dir),
             "--database-url", "sqlite:///:memory:",
             "--extra-model-paths-config", str(self.extra_model_paths),
+            *(["--front-end-root", str(self.front_end_root)] if self.front_end_root else []),
             *self.extra_args,
         ]  # fmt: skip
 
@@ -161,6 +167,8 @@ class ComfyServer:
             return self
         if not comfyui_installed(self.comfyui):
             raise ComfyServerError(f"ComfyUI not found at {self.comfyui} (run `make setup` or set COMFYUI_PATH)")
+        if self.front_end_root is not None and not (self.front_end_root / "index.html").is_file():
+            raise ComfyServerError(f"front_end_root {self.front_end_root} has no index.html (run `make setup`)")
         for d in (self.output_dir, self.input_dir, self.user_dir, self.temp_dir):
             d.mkdir(parents=True, exist_ok=True)
         self._write_model_paths()

@@ -157,6 +157,31 @@ def served_models(comfy_server, comfy_models_dir):
     return serve_tiny_models(comfy_server, comfy_models_dir)
 
 
+@pytest.fixture(scope="session")
+def newest_frontend_server(served_models):
+    """A second server serving the newest frontend (scripts/setup.sh's NEWEST_FRONTEND, unpacked under
+    tests/.cache/frontends/; ComfyUI's --front-end-root) on the session server's model folders (a link: the tiny
+    stand-ins are built once) and its example images: one for the session, started by the first browser test on that
+    frontend (tests/test_browser_frontends.py, test_browser_inspect.py, test_browser_native_links.py). Skipped, with
+    the reason, when `make setup` could not unpack that frontend (a failure under CI, like every non-CUDA skip)."""
+    import shutil
+
+    from browser import require_newest_frontend
+
+    root = require_newest_frontend()
+    server = ComfyServer(front_end_root=root)
+    try:
+        server.models_dir.symlink_to(served_models.models_dir, target_is_directory=True)
+        server.input_dir.mkdir(parents=True, exist_ok=True)
+        for f in served_models.input_dir.iterdir():
+            if f.is_file():
+                shutil.copy2(f, server.input_dir / f.name)
+        server.start()
+        yield server
+    finally:
+        server.cleanup()  # removes the link, never the session server's folders (rmtree does not follow links)
+
+
 def serve_tiny_models(comfy_server, comfy_models_dir):
     """A server's model and input folders as the shipped workflows expect them, with tiny random
     models standing in for the real weights: FLUX.1-Fill-dev, stable-diffusion-3-medium-diffusers and

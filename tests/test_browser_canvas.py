@@ -1,12 +1,14 @@
 """FillScope in ComfyUI's own frontend (1.32.9), in headless chromium: the shipped UI-format workflow loads with
 no missing node types, saves back unchanged, runs from the canvas, and web/fillscope.js shows each FillScope node's
-key shape on the node's face (drawn on the canvas, readable at the zoom that fits the whole graph) and its whole
+key shape on the node's face (drawn on the canvas, readable zoomed out with the whole graph in view) and its whole
 table one click away (a dialog), as text only (a hostile prompt never becomes markup). A node ComfyUI serves from
 its cache (the loaders of an SD3 run after a FLUX run) shows its table too, and after a page reload every table and
 the viewer's newest report come back (from /history). Every run writes new report files (the counter advances).
 
 Needs playwright (Python) and a system chromium (/usr/bin/chromium, env FILLSCOPE_CHROMIUM); outside CI the
 module is skipped without them, in CI (env CI set) that is a failure. Screenshots go to test-artifacts/browser/.
+On the pinned frontend; test_browser_frontends.py runs a graph and checks the faces on the newest frontend and in
+Nodes 2.0 too.
 """
 
 from __future__ import annotations
@@ -188,11 +190,13 @@ DRAW_JS = """() => {
 
 
 def _fit_zoom_draw(cp: ComfyPage) -> dict:
-    """The whole graph in view with the frontend's default level of detail (LiteGraph draws no text below ~8 px:
-    its low-quality mode), one frame drawn with fillText watched."""
+    """The whole graph in view, zoomed out (at most 50%: the templates are laid out to fit a window at a readable
+    zoom) with the frontend's default level of detail (LiteGraph draws no text below ~8 px: its low-quality mode),
+    one frame drawn with fillText watched."""
     cp.page.evaluate("async () => { await window.app.ui.settings.setSettingValueAsync("
                      "'LiteGraph.Canvas.MinFontSizeForLOD', 8); }")
     cp.fit_view()
+    cp.zoom_out_to(0.5)
     return cp.page.evaluate(DRAW_JS)
 
 
@@ -318,7 +322,7 @@ def test_run_shows_shapes_tables(canvas, workflow):
     prompt = cp.page.evaluate("async () => (await window.app.graphToPrompt()).output")
     assert all("fillscope_summary" not in n["inputs"] for n in prompt.values())
 
-    # At the zoom that fits the whole graph the frontend draws no text of its own (low quality); each face shows
+    # Zoomed out with the whole graph in view the frontend draws no text of its own (low quality); each face shows
     # its key, drawn large enough to read.
     drawn = _fit_zoom_draw(cp)
     assert drawn["lowQuality"] and drawn["scale"] < 0.6, drawn["scale"]

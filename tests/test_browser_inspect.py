@@ -1,9 +1,9 @@
-"""FillScope Inspect, Inspect CLIP and Inspect VAE on ComfyUI's own frontend (1.32.9) in headless chromium: links
-made with the canvas' own rules (LGraphNode.connect checks LiteGraph's type rules, as a drag does): the Inspect
-node's `*` output connects to an IMAGE, LATENT, MODEL and CONDITIONING input alike, Inspect CLIP / VAE hand on a
-CLIP / VAE, and the rules still refuse a wrong link from them; the graph goes into the prompt through the Inspect
-nodes; LoadImage -> FillScope Inspect -> PreviewImage runs from the canvas and the Inspect node's face shows the
-image's shape.
+"""FillScope Inspect, Inspect CLIP and Inspect VAE on ComfyUI's own frontend (the pinned 1.32.9, then the newest:
+browser.FRONTENDS) in headless chromium: links made with the canvas' own rules (LGraphNode.connect checks
+LiteGraph's type rules, as a drag does): the Inspect node's `*` output connects to an IMAGE, LATENT, MODEL and
+CONDITIONING input alike, Inspect CLIP / VAE hand on a CLIP / VAE, and the rules still refuse a wrong link from them;
+the graph goes into the prompt through the Inspect nodes; LoadImage -> FillScope Inspect -> PreviewImage runs from
+the canvas and the Inspect node's face shows the image's shape.
 
 Needs playwright (Python) and a system chromium (/usr/bin/chromium, env FILLSCOPE_CHROMIUM); outside CI the module
 is skipped without them, in CI (env CI set) that is a failure.
@@ -19,7 +19,7 @@ import pytest
 from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from browser import ComfyPage, http_json, require_browser  # noqa: E402
+from browser import FRONTENDS, ComfyPage, frontend_ids, frontend_server, http_json, require_browser  # noqa: E402
 
 pytestmark = pytest.mark.server
 
@@ -77,10 +77,11 @@ BUILD_JS = """(image) => {
 }"""
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module", params=FRONTENDS, ids=frontend_ids())
 def page(request):
+    """A page on the pinned frontend, then on the newest (browser.FRONTENDS: its own server)."""
     require_browser("browser Inspect tests")
-    server = request.getfixturevalue("comfy_server")
+    server = frontend_server(request, request.param)
     rgb = np.random.default_rng(3).integers(0, 256, size=(H, W, 3), dtype=np.uint8)
     server.input_dir.mkdir(parents=True, exist_ok=True)
     Image.fromarray(rgb, "RGB").save(server.input_dir / IMAGE)

@@ -1,5 +1,6 @@
-"""The links between ComfyUI's own nodes and FillScope's, both ways, on ComfyUI's own frontend (1.32.9) in headless
-chromium: made with LGraphNode.connect (LiteGraph's type rules, as a drag checks them).
+"""The links between ComfyUI's own nodes and FillScope's, both ways, on ComfyUI's own frontend (the pinned 1.32.9,
+then the newest: browser.FRONTENDS) in headless chromium: made with LGraphNode.connect (LiteGraph's type rules, as a
+drag checks them).
 
 - ComfyUI -> FillScope: UNETLoader's MODEL -> FillScope FLUX Fill Sampler `model`; VAELoader's VAE -> FillScope FLUX
   Fill Condition `vae` and FillScope VAE Decode `vae` (sockets typed "FS_VAE,VAE"); EmptyLatentImage's and
@@ -26,7 +27,15 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from browser import ComfyPage, http_json, require_browser  # noqa: E402
+from browser import (  # noqa: E402
+    FRONTENDS,
+    NEWEST_FRONTEND,
+    ComfyPage,
+    frontend_ids,
+    frontend_server,
+    http_json,
+    require_browser,
+)
 
 pytestmark = pytest.mark.server
 
@@ -90,10 +99,11 @@ CONNECTED = ("model", "vae_condition", "vae_decode", "clip_text", "conditioning"
              "flux_text", "image", "mask", "condition", "native_decode", "native_ksampler", "vae_native_decode")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module", params=FRONTENDS, ids=frontend_ids())
 def page(request):
+    """A page on the pinned frontend, then on the newest (browser.FRONTENDS: its own server)."""
     require_browser("browser native-link tests")
-    server = request.getfixturevalue("comfy_server")
+    server = frontend_server(request, request.param)
     http_json(server.url + "/free", {"free_memory": True, "unload_models": True})
     with ComfyPage(server.url, settings={"Comfy.Window.UnloadConfirmation": False}) as cp:
         yield cp
@@ -105,8 +115,10 @@ def test_comfyui_and_fillscope_nodes_link_both_ways_and_wrong_links_are_refused(
     links, ids, outputs = built["links"], built["ids"], built["outputs"]
     for name in CONNECTED:
         assert links[name] is not None and links[name][:2] == [True, True], (name, links[name])
-    # the canvas types a link by the input it ends in: FillScope's VAE sockets take "FS_VAE,VAE"
-    assert links["model"][2] == "MODEL" and links["vae_condition"][2] == links["vae_decode"][2] == "FS_VAE,VAE"
+    # the link's type: 1.32.9 types it by the input it ends in (FillScope's VAE sockets take "FS_VAE,VAE"), 1.58.1 by
+    # the type both ends share (LiteGraph's commonType: "VAE")
+    vae = "VAE" if cp.frontend_version() == NEWEST_FRONTEND else "FS_VAE,VAE"
+    assert links["model"][2] == "MODEL" and links["vae_condition"][2] == links["vae_decode"][2] == vae
     assert links["native_decode"][2] == links["native_ksampler"][2] == "LATENT"
     assert links["empty_latent"][2] == links["ksampler_latent"][2] == "LATENT"
     assert outputs["LATENT"][0] == 2 and outputs["FS_LATENT"][0] == 0  # the last output is ComfyUI's LATENT

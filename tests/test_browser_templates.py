@@ -6,6 +6,7 @@ real-weight workflow opens the frontend's Missing Models dialog listing its decl
 starts on a real model file, with its advanced inputs flagged.
 
 Needs playwright and a system chromium, like test_browser_canvas.py (skipped without them outside CI, a failure in CI).
+On the pinned frontend; test_browser_frontends.py loads every template on the newest frontend and in Nodes 2.0 too.
 """
 
 from __future__ import annotations

@@ -549,7 +549,6 @@ print(json.dumps({{"options": out, "checks": checks, "resolved": c.resolve_sourc
     opts = data["options"]
     assert opts["FillScopeLoadFluxFillTransformer"] == [
         "FLUX.1-Fill-dev", "diffusion_models/flux1-fill-dev.safetensors", "diffusion_models/flux1-fill-diffusers-keys.safetensors",
-        "diffusion_models/sd3.5_medium_tiny.safetensors", "diffusion_models/sd3_medium_diffusers_keys.safetensors",
         "placeholder", "meta"]
     t5 = opts["FillScopeLoadT5"]
     assert "text_encoders/t5xxl_fp8_e4m3fn.safetensors" in t5 and "text_encoders/old.bin" in t5

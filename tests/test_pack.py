@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import subprocess
 import sys
@@ -55,6 +56,7 @@ mod = importlib.util.module_from_spec(spec); sys.modules["FillScope"] = mod; spe
 ext = asyncio.run(mod.comfy_entrypoint())
 nodes = asyncio.run(ext.get_node_list())
 print("IDS", sorted(n.define_schema().node_id for n in nodes))
+print("NAMES", sorted(n.define_schema().display_name for n in nodes))
 heavy = [m for m in ("diffusers", "transformers") if m in sys.modules]
 print("HEAVY", heavy)
 """
@@ -63,6 +65,11 @@ print("HEAVY", heavy)
     assert "HEAVY []" in out.stdout
     ids = next(line for line in out.stdout.splitlines() if line.startswith("IDS "))
     assert ids == f"IDS {NODE_IDS}"  # no node missing, none extra, none twice
+    # ComfyUI's frontend shows the pack's name in a badge on each node: the display names do not repeat it, and no two
+    # are alike (tests/test_node_schema_polish.py checks them against ComfyUI's own nodes on a server)
+    names = ast.literal_eval(next(line for line in out.stdout.splitlines() if line.startswith("NAMES "))[6:])
+    assert len(names) == len(set(names)) == len(NODE_IDS)
+    assert [n for n in names if "fillscope" in n.casefold()] == []
 
 
 def test_engine_imports_without_comfyui():

@@ -26,7 +26,7 @@ def server(served_models):
 
 
 def as_saved(image: torch.Tensor) -> np.ndarray:
-    """IMAGE [1,H,W,3] -> the uint8 pixels ComfyUI's SaveImage writes."""
+    """IMAGE [1,H,W,3] -> the uint8 pixels ComfyUI's SaveImage (and the Shapes Report with `images`) writes."""
     return np.clip(255.0 * image[0].float().numpy(), 0, 255).astype(np.uint8)
 
 
@@ -48,8 +48,8 @@ def crop_stitch_prompt(image, mask, *, target=256, regions=False, steps=2) -> di
     prompt["92"] = {"class_type": STITCH, "inputs": {"generated": [decode, 0], "stitch": ["91", 2], "feather": 8,
                                                      "tone_match": False, "poisson": False}}
     del prompt[paste]
-    prompt[node_id(prompt, "SaveImage")]["inputs"]["images"] = ["92", 0]
-    prompt[node_id(prompt, "FillScopeShapesReport")]["inputs"]["shapes"] = ["92", 1]
+    report = node_id(prompt, "FillScopeShapesReport")  # it saves the image under its report's number
+    prompt[report]["inputs"].update(images=["92", 0], shapes=["92", 1])
     return prompt
 
 
@@ -77,7 +77,7 @@ def test_a_4096x3072_photo_is_sampled_at_the_crop_size_and_stitched_with_the_out
 
     image, mask = synthetic_image_and_mask(width, height, fraction)
     expected = crop_for_inpaint(image, mask, target_long_side=256).record
-    out = saved_pixels(server, entry, node_id(prompt, "SaveImage"))
+    out = saved_pixels(server, entry, node_id(prompt, "FillScopeShapesReport"))
     assert out.shape == (height, width, 3)
     keep = mask[0].numpy() == 0
     assert np.array_equal(out[keep], as_saved(image)[keep])  # every pixel outside the mask, bit for bit
@@ -116,7 +116,7 @@ def test_two_separate_holes_are_sampled_as_a_batch_of_two_crops_and_both_stitche
     assert n == 2 and max(ch, cw) == 256
     sampler = tensors(shapes_doc(entry, prompt, "FillScopeFluxFillSampler"))
     assert sampler["transformer.input"]["shape"] == [2, (ch // 16) * (cw // 16), 384]  # both at the target size
-    out = saved_pixels(server, entry, node_id(prompt, "SaveImage"))
+    out = saved_pixels(server, entry, node_id(prompt, "FillScopeShapesReport"))
     source = rgba[..., :3]  # LoadImage's RGB / 255, saved back: the same bytes
     assert out.shape == (h, w, 3)
     keep = rgba[..., 3] == 255
@@ -157,7 +157,7 @@ def test_an_outpaint_of_256_px_a_side_returns_the_padded_size_with_the_original_
     prompt[node_id(prompt, "FillScopeOutpaintPad")]["inputs"].update(left=256, top=256, right=256, bottom=256)
     prompt[node_id(prompt, "FillScopeFluxFillSampler")]["inputs"]["steps"] = 2
     entry = server.run(prompt, timeout=600)
-    out = saved_pixels(server, entry, node_id(prompt, "SaveImage"))
+    out = saved_pixels(server, entry, node_id(prompt, "FillScopeShapesReport"))
     assert out.shape == (h + 512, w + 512, 3)
     assert np.array_equal(out[256:256 + h, 256:256 + w], rgb)  # the original, bit for bit
     assert not np.array_equal(out[:256], np.broadcast_to(out[:1], out[:256].shape))  # the new area was painted

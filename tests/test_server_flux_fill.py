@@ -105,9 +105,12 @@ def test_meta_trace_workflow_reports_the_contract_shapes(server):
 def test_inpaint_workflow_runs_on_the_tiny_folder_and_saves_an_image(server):
     prompt = load_api("flux_fill_inpaint")
     entry = server.run(prompt, timeout=600)
-    saved = entry["outputs"][node_id(prompt, "SaveImage")]["images"][0]
+    saved = entry["outputs"][node_id(prompt, "FillScopeShapesReport")]["images"][0]  # the report saves the image
     png = Image.open(__import__("io").BytesIO(server.view(saved["filename"], saved["subfolder"], saved["type"])))
     assert png.size == (128, 96)
+    stem = saved["filename"].removesuffix(".png")  # its report under the same number
+    assert {f["filename"] for f in entry["outputs"][node_id(prompt, "FillScopeShapesReport")]["fillscope_report"]} \
+        >= {stem + ".json", stem + ".html"}
     cond = tensors(shapes_doc(entry, prompt, "FillScopeFluxFillCondition"))
     assert cond["fill_condition"]["shape"] == [1, 48, 320]  # 96x128 -> 6*8 tokens
     assert cond["fill_condition"]["device"] == "cpu"
@@ -332,7 +335,8 @@ def test_paste_back_with_a_wired_mask_keeps_every_pixel_outside_it(server):
 
     prompt = with_synthetic_image(load_api("flux_fill_inpaint"), 128, 96, mask_fraction=0.75)
     paste = node_id(prompt, "FillScopePasteBack")
-    result = next(k for k, v in prompt.items() if v["class_type"] == "SaveImage" and v["inputs"]["images"][0] == paste)
+    result = next(k for k, v in prompt.items()
+                  if v["class_type"] == "FillScopeShapesReport" and v["inputs"]["images"][0] == paste)
     prompt["91"] = {"class_type": "FillScopeSyntheticImageMask", "inputs": {"width": 128, "height": 96, "mask_fraction": 0.25}}
     prompt["92"] = {"class_type": "SaveImage", "inputs": {"images": ["90", 0], "filename_prefix": "fillscope/paste_source"}}
     prompt[paste]["inputs"]["mask"] = ["91", 1]

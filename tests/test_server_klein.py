@@ -13,7 +13,7 @@ import pytest
 import torch
 from PIL import Image
 from tiny_klein import build_tiny_klein_folder, qwen_bpe_dir
-from workflow_helpers import load_api, node_id, shapes_doc, tensors, with_synthetic_image
+from workflow_helpers import image_saver, load_api, node_id, shapes_doc, tensors, with_synthetic_image
 
 from comfy_server import ComfyExecutionError
 from fillscope.masks import paste_back, prepare_image_and_mask, synthetic_image_and_mask
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.server
 
 KLEIN_NODES = {
     "FillScopeLoadQwen3": ["source", "variant", "dtype"],  # + device, placeholder_seed, memory: optional, advanced
-    "FillScopeLoadKleinTransformer": ["source", "variant", "model_type", "dtype"],
+    "FillScopeLoadKleinTransformer": ["source", "variant", "dtype"],  # distilled / base: the sampler's model_type
     "FillScopeQwen3Encode": ["qwen3", "text"],
     "FillScopeKleinInpaintCondition": ["vae", "image", "mask", "invert_mask", "threshold", "grow", "feather",
                                        "size_mode", "token_mask"],
@@ -125,7 +125,7 @@ def test_inpaint_workflow_equals_the_engine_and_keeps_unmasked_pixels(server, en
     ours = klein.run(engine_stack, "a red brick fireplace", prepared, steps=4, seed=0)
     pasted = paste_back(ours.image, prepared.source, prepared.paste_mask)
     generated = saved_pixels(server, entry, "90")
-    result = saved_pixels(server, entry, node_id(prompt, "SaveImage"))
+    result = saved_pixels(server, entry, image_saver(prompt))
     assert result.shape == generated.shape == (H, W, 3)
     assert np.array_equal(generated, as_saved(ours.image))
     assert np.array_equal(result, as_saved(pasted))
@@ -151,7 +151,7 @@ def test_edit_workflow_runs_and_equals_the_engine(server, engine_stack):
     entry = server.run(prompt, timeout=600)
     image, _ = load_like_comfy(server)
     ours = klein.run_edit(engine_stack, "turn this room into a loose watercolour painting", [image], steps=4, seed=0)
-    out = saved_pixels(server, entry, node_id(prompt, "SaveImage"))
+    out = saved_pixels(server, entry, image_saver(prompt))
     assert out.shape == (H, W, 3)
     assert np.array_equal(out, as_saved(ours.image))
     cond = shapes_doc(entry, prompt, "FillScopeKleinEditCondition")["node"]
@@ -200,7 +200,7 @@ def test_size_not_a_multiple_of_16_follows_size_mode(server, size_mode, grid):
     cond = shapes_doc(entry, prompt, "FillScopeKleinInpaintCondition")
     assert any(f"120x90 {'padded' if size_mode == 'pad' else 'center-cropped'}" in n for n in cond["node"]["notes"]), cond["node"]["notes"]
     assert tensors(cond)["source_latents"]["shape"] == [1, 128, grid[0] // 16, grid[1] // 16]
-    assert saved_pixels(server, entry, node_id(prompt, "SaveImage")).shape == (90, 120, 3)
+    assert saved_pixels(server, entry, image_saver(prompt)).shape == (90, 120, 3)
 
 
 def test_empty_mask_returns_the_source(server):
@@ -210,7 +210,7 @@ def test_empty_mask_returns_the_source(server):
     assert any("mask is empty" in w for w in sampler["node"]["warnings"])
     assert "transformer.input" not in tensors(sampler)  # no denoiser step ran
     source = as_saved(synthetic_image_and_mask(W, H, 0.0)[0])
-    assert np.array_equal(saved_pixels(server, entry, node_id(prompt, "SaveImage")), source)
+    assert np.array_equal(saved_pixels(server, entry, image_saver(prompt)), source)
     assert_still_serving(server)
 
 

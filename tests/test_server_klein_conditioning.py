@@ -65,7 +65,7 @@ def base_graph(info) -> dict:
     fs = {"source": FOLDER, "dtype": "fp32"}
     return {
         "q": api_node(info, "FillScopeLoadQwen3", variant="qwen3-4b", **fs),
-        "t": api_node(info, "FillScopeLoadKleinTransformer", variant="klein-4b", model_type="auto", **fs),
+        "t": api_node(info, "FillScopeLoadKleinTransformer", variant="klein-4b", **fs),
         "v": api_node(info, "FillScopeLoadVAE", kind="flux2", **fs),
         "p": api_node(info, "FillScopeQwen3Encode", qwen3=["q", 0], text=PROMPT),
         "n": api_node(info, "FillScopeQwen3Encode", qwen3=["q", 0], text=""),
@@ -99,7 +99,7 @@ def record(entry, key) -> dict:
 
 def test_the_node_is_listed_with_a_tooltip_on_every_input(info):
     spec = info[NODE]
-    assert spec["display_name"] == "FillScope Klein Text from CONDITIONING" and spec["category"] == "FillScope/text"
+    assert spec["display_name"] == "Klein Text from CONDITIONING" and spec["category"] == "FillScope/text"
     assert spec["output"] == ["FS_KLEIN_TEXT", "STRING"]
     # the output wires into the Klein Sampler's positive and negative
     sampler = info["FillScopeKleinSampler"]["input"]

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from comfy_server import ComfyServer
-from workflow_helpers import load_api, node_id
+from workflow_helpers import image_saver, load_api, node_id
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 
@@ -82,7 +82,7 @@ def test_fifty_prompts_queued_at_once_all_complete_with_flat_memory(server):
     total = time.monotonic() - t0
     rss_all = rss(server)
 
-    save = node_id(prompts[0], "SaveImage")
+    save = image_saver(prompts[0])
     assert all(e["status"]["status_str"] == "success" for e in entries)
     files = [e["outputs"][save]["images"][0]["filename"] for e in entries]
     assert len(set(files)) == N_PROMPTS  # every prompt saved its own image

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from workflow_helpers import load_api, node_id
+from workflow_helpers import image_saver, load_api, node_id
 
 pytestmark = pytest.mark.server
 
@@ -138,7 +138,7 @@ def _image(server, entry, prompt):
     import numpy as np
     from PIL import Image
 
-    saved = entry["outputs"][node_id(prompt, "SaveImage")]["images"][0]
+    saved = entry["outputs"][image_saver(prompt)]["images"][0]
     return np.asarray(Image.open(io.BytesIO(server.view(saved["filename"], saved["subfolder"], saved["type"]))))
 
 

@@ -74,7 +74,7 @@ def graph(info, name: str, *, native: bool, kind: str = "klein", edit: bool = Fa
     fs = {"source": FOLDER, "dtype": "fp32"}
     g = {
         "q": api_node(info, "FillScopeLoadQwen3", variant="qwen3-4b", **fs),
-        "t": api_node(info, "FillScopeLoadKleinTransformer", variant="klein-4b", model_type="auto", **fs),
+        "t": api_node(info, "FillScopeLoadKleinTransformer", variant="klein-4b", **fs),
         "v": api_node(info, "FillScopeLoadVAE", kind="flux2", **fs),
         "p": api_node(info, "FillScopeQwen3Encode", qwen3=["q", 0], text="a brass lamp on the desk"),
         "img": api_node(info, "FillScopeSyntheticImageMask", width=128, height=96, mask_fraction=0.5),

@@ -23,7 +23,7 @@ template's file name fillscope_example.png:
 - native_flux_fill_mixed: the same FLUX swaps; LoraLoaderModelOnly is kept and loads a tiny kohya LoRA of the tiny
   transformer written under the template's LoRA file name.
 
-Checked: every prompt succeeds; SaveImage's PNG is the input's size; Inspect Model's live record
+Checked: every prompt succeeds; the PNG the Shapes Report saves is the input's size; Inspect Model's live record
 (GET /fillscope/live?prompt_id=) holds one entry per KSampler step with the boundary shapes the tiny configs imply
 (FLUX Fill: 16 + 80 concatenated channels; SD3: the CFG halves and the ControlNet's residuals), Inspect CLIP's and
 Inspect VAE's records list the calls the graph made, the Inspect nodes on the conditioning and latent show them;
@@ -122,7 +122,7 @@ def test_native_flux_fill_inspect_runs_and_every_inspect_node_records(server):
     prompt = swapped("native_flux_fill_inspect")
     steps = prompt["15"]["inputs"]["steps"]
     entry, pid = run(server, prompt)
-    assert saved_image(server, entry, "17").shape == (H, W, 3)
+    assert saved_image(server, entry, "18").shape == (H, W, 3)
 
     tf = folder_config(server, FLUX, "transformer")
     text, pooled = tf["joint_attention_dim"], tf["pooled_projection_dim"]
@@ -160,7 +160,7 @@ def test_native_sd3_inspect_runs_with_the_controlnet_and_records_cfg_and_control
     prompt = swapped("native_sd3_inspect")
     steps = prompt["15"]["inputs"]["steps"]
     entry, pid = run(server, prompt)
-    assert saved_image(server, entry, "17").shape == (H, W, 3)
+    assert saved_image(server, entry, "18").shape == (H, W, 3)
 
     pooled = sum(folder_config(server, SD3, s)["hidden_size"] for s in ("text_encoder", "text_encoder_2"))
     latent = [1, 16, H // 8, W // 8]
@@ -202,7 +202,7 @@ def test_native_flux_fill_mixed_runs_comfyuis_model_lora_and_vae_in_fillscopes_s
     assert "transformer" not in sampler_in and prompt["10"]["class_type"] == "VAEDecode"
     assert prompt["10"]["inputs"]["samples"] == ["9", 2]  # the sampler's LATENT into ComfyUI's VAEDecode
     entry, _ = run(server, prompt)
-    image = saved_image(server, entry, "11")
+    image = saved_image(server, entry, "12")
     assert image.shape == (H, W, 3)
 
     tf = folder_config(server, FLUX, "transformer")
@@ -226,7 +226,7 @@ def test_native_flux_fill_mixed_runs_comfyuis_model_lora_and_vae_in_fillscopes_s
 
     # the LoRA on ComfyUI's MODEL reaches FillScope's sampler: without it (strength 0) the image differs
     strength, lora["inputs"]["strength_model"] = lora["inputs"]["strength_model"], 0.0
-    plain = saved_image(server, run(server, prompt)[0], "11")
+    plain = saved_image(server, run(server, prompt)[0], "12")
     diff = float(np.abs(image.astype(np.int16) - plain.astype(np.int16)).mean())
     print(f"native_flux_fill_mixed: LoRA at {strength} vs 0: mean |diff| "
           f"{diff:.2f} of 255")

@@ -21,7 +21,15 @@ import pytest
 from PIL import Image
 
 from comfy_server import ComfyExecutionError, ComfyPromptError
-from workflow_helpers import load_api, node_id, sd3_inpaint_prompt, shapes_doc, tensors, with_synthetic_image
+from workflow_helpers import (
+    image_saver,
+    load_api,
+    node_id,
+    sd3_inpaint_prompt,
+    shapes_doc,
+    tensors,
+    with_synthetic_image,
+)
 
 pytestmark = pytest.mark.server
 
@@ -155,7 +163,7 @@ def test_nan_weights_are_an_error_not_a_black_image(server, diffusers_dir):
     assert "input 'transformer'" in msg and "the transformer produced NaN/inf at step 1" in msg
     assert "its weights contain NaN/inf (tensor 'proj_out.weight' holds 1 of " in msg and "Fix:" in msg
     assert "download it again" in msg
-    assert node_id(prompt, "SaveImage") not in e.value.entry.get("outputs", {})  # no image saved
+    assert image_saver(prompt) not in e.value.entry.get("outputs", {})  # no image saved
     assert_still_serving(server)
 
 
@@ -300,7 +308,7 @@ def test_interrupt_mid_sampling_stops_within_a_step_and_the_next_prompt_runs(ser
     assert "execution_interrupted" in kinds and "execution_error" not in kinds
     stopped = dict(entry["status"]["messages"])["execution_interrupted"]
     assert stopped["node_type"] == "FillScopeFluxFillSampler"
-    assert node_id(prompt, "SaveImage") not in entry.get("outputs", {})
+    assert image_saver(prompt) not in entry.get("outputs", {})
     # at most the step in flight, plus one progress message possibly still in transit when /interrupt was posted
     assert len(after) <= 2, f"steps completed after the interrupt: {after}"
     assert before[-1][1] < 200
@@ -334,7 +342,7 @@ def test_batch_of_two_images_with_one_mask(server, workflow):
     assert samp["transformer.input"]["shape"][0] == (2 if workflow == "flux" else 4)  # SD3: CFG doubles it
     assert tensors(shapes_doc(entry, prompt, "FillScopeVAEDecode"))["image"]["shape"] == [2, 96, 128, 3]
 
-    saved = entry["outputs"][node_id(prompt, "SaveImage")]["images"]
+    saved = entry["outputs"][image_saver(prompt)]["images"]
     assert len(saved) == 2
     a, b = (np.asarray(Image.open(BytesIO(server.view(s["filename"], s["subfolder"], s["type"]))), dtype=np.int16)
             for s in saved)

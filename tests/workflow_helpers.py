@@ -37,6 +37,12 @@ def node_id(prompt: dict, class_type: str) -> str:
     return next(k for k, v in prompt.items() if v["class_type"] == class_type)
 
 
+def image_saver(prompt: dict) -> str:
+    """The node that saves a template's result: its Shapes Report with `images` wired (the image and its report under
+    one number; the templates have no Save Image)."""
+    return next(k for k, v in prompt.items() if v["class_type"] == "FillScopeShapesReport" and "images" in v["inputs"])
+
+
 def shapes_doc(entry: dict, prompt: dict, class_type: str) -> dict:
     """The shapes document a node of `class_type` left in a /history entry."""
     return entry["outputs"][node_id(prompt, class_type)]["fillscope_shapes"][0]

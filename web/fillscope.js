@@ -22,6 +22,11 @@
 // Trace nodes (ui `fillscope_report` starting with an .html file) also get a button widget, "Open architecture
 // report", that opens the architecture viewer (web/fillscope_viewer.js: a sidebar tab) on that node's report.
 //
+// Advanced inputs (a V3 input's `advanced` flag: a loader's device, placeholder_seed, memory, storage; a sampler's
+// step cache) are folded on the node until the user shows them: in the litegraph canvas by widget.advanced (its
+// node menu's "Show Advanced"), in Nodes 2.0 (the Vue node renderer) by folding their rows, with a show / hide
+// toggle in the selection toolbox (hideAdvanced, foldVueRows).
+//
 // Public hooks (window.FillScope): lastReport ({filename, subfolder, type} of the newest report file, or null: a
 // file in ComfyUI's output folder, fetchable with /view), reports (newest first), openViewer(report?),
 // openTable(nodeId) (the dialog of a node's table), tableOf(nodeId) ({message, source, time} or null).
@@ -186,7 +191,8 @@ function roomBelow(node) {
  *  Only visibility changes: every widget stays in node.widgets, so widgets_values keeps its order and length.
  *  LGraphNode.arrange in 1.32.9 still stacks hidden widgets (NODE_WIDGET_HEIGHT + 4 each) and grows the node to
  *  hold them, so a hidden widget measures -4 (+ 4 = no room) while it is hidden; computeSize skips it anyway. A new
- *  node shrinks to its visible widgets (a loaded one takes its saved size afterwards, in configure). */
+ *  node shrinks to its visible widgets (a loaded one takes its saved size afterwards, in configure).
+ *  Nodes 2.0 (the Vue node renderer) reads neither widget.advanced nor showAdvanced: see foldVueRows. */
 function hideAdvanced(node) {
   let any = false;
   for (const w of node.widgets ?? []) {
@@ -202,6 +208,90 @@ function hideAdvanced(node) {
   if (any && !node.showAdvanced && typeof node.computeSize === "function") {
     node.setSize([node.size[0], node.computeSize()[1]]);
   }
+  if (any) watchShowAdvanced(node);
+}
+
+// ---- Nodes 2.0 (Comfy.VueNodes.Enabled) ------------------------------------------------------------------
+// Frontend 1.32.9's Vue nodes draw a node's widgets themselves: NodeWidgets renders one `.lg-node-widget` row per
+// widget of the node's Vue data, skipping only options.hidden / options.canvasOnly; widget.advanced and
+// node.showAdvanced are not read, so a loader's device, placeholder_seed, memory and storage would all show.
+// That data is a snapshot (useGraphNodeManager's safeWidgetMapper copies each widget's options), replaced by
+// static copies on the first widget edit or link change: an options.hidden set later is never seen, and a row
+// left out once could not come back. So the rows stay rendered and FillScope folds them: a row whose input socket
+// (its slot dot's data-slot-key, `<node id>-in-<input index>`, names the input and so the widget) belongs to an
+// advanced widget is hidden while the node's advanced inputs are folded, unless a link feeds it (its socket is
+// the link's end). Rows are folded again whenever the Vue renderer adds or replaces them (a MutationObserver:
+// its callback runs before the next paint, so a folded row never flashes) and whenever showAdvanced changes.
+// The Vue node menu has no "Show Advanced" in 1.32.9; the selection toolbox gets FillScope's toggle (TOGGLE_ID).
+const TOGGLE_ID = "FillScope.ToggleAdvancedInputs";
+
+function hasAdvanced(node) {
+  return !!node?.widgets?.some((w) => w?.advanced);
+}
+
+/** Fold or unfold the advanced rows of `node`'s Vue element (none in the litegraph canvas: nothing to do). */
+function foldVueRows(node, el) {
+  el ??= document.querySelector(`.lg-node[data-node-id="${CSS.escape(String(node.id))}"]`);
+  if (!el) return;
+  for (const row of el.querySelectorAll(".lg-node-widget")) {
+    const key = row.querySelector("[data-slot-key]")?.dataset.slotKey ?? "";
+    const m = /-in-(\d+)$/.exec(key);
+    const input = m ? node.inputs?.[Number(m[1])] : null;
+    const w = input?.widget?.name ? node.widgets?.find((x) => x.name === input.widget.name) : null;
+    if (!w?.advanced) continue;
+    const folded = !node.showAdvanced && input.link == null;
+    row.dataset.fillscopeAdvanced = folded ? "folded" : "shown";
+    row.style.display = folded ? "none" : "";
+  }
+}
+
+/** showAdvanced as an accessor of `node`: every change (the litegraph menu's LGraphNode.toggleAdvanced, FillScope's
+ *  toolbox toggle, a saved workflow's showAdvanced set by configure) folds or unfolds the Vue rows at once. The
+ *  value is kept as given, so a node never toggled still serialises no showAdvanced. */
+function watchShowAdvanced(node) {
+  let shown = node.showAdvanced;
+  Object.defineProperty(node, "showAdvanced", {
+    configurable: true,
+    enumerable: true,
+    get: () => shown,
+    set: (v) => {
+      shown = v;
+      foldVueRows(node);
+    },
+  });
+}
+
+let rowObserver = null;
+/** Fold the rows of every FillScope node element the Vue renderer adds or re-renders. */
+function observeVueRows() {
+  if (rowObserver || typeof MutationObserver !== "function") return;
+  rowObserver = new MutationObserver((records) => {
+    const els = new Set();
+    for (const r of records) {
+      const t = r.target instanceof Element ? r.target : null;
+      const inNode = t?.closest?.(".lg-node[data-node-id]");
+      if (inNode) els.add(inNode);
+      for (const a of r.addedNodes) {
+        if (!(a instanceof Element)) continue;
+        if (a.matches(".lg-node[data-node-id]")) els.add(a);
+        else if (!inNode) for (const e of a.querySelectorAll(".lg-node[data-node-id]")) els.add(e);
+      }
+    }
+    const graph = app.canvas?.graph ?? app.graph;
+    for (const el of els) {
+      const node = graph?.getNodeById?.(el.dataset.nodeId);
+      if (isFillScope(node) && hasAdvanced(node)) foldVueRows(node, el);
+    }
+  });
+  rowObserver.observe(document.body, { childList: true, subtree: true });
+}
+
+/** The selection toolbox's toggle: the selected FillScope nodes' advanced inputs shown or folded
+ *  (LGraphNode.toggleAdvanced, as the litegraph node menu's "Show Advanced" / "Hide Advanced"). */
+function toggleSelectedAdvanced() {
+  const nodes = Object.values(app.canvas?.selected_nodes ?? {}).filter((n) => isFillScope(n) && hasAdvanced(n));
+  for (const n of nodes) n.toggleAdvanced?.();
+  app.canvas?.setDirty?.(true, true);
 }
 
 /** Remember `node`'s size before FillScope's widgets first grew it: the saved workflow keeps that size (onSerialize),
@@ -231,7 +321,27 @@ function show(node, message, source = "run", found = null) {
   if (h !== node.size[1]) node.setSize([node.size[0], h]);
   node.fsSize = [node.size[0], node.size[1]];
   node.setDirtyCanvas?.(true, true);
+  w.triggerDraw?.(); // Nodes 2.0 draws a custom widget into its own canvas only when asked (or resized)
   return true;
+}
+
+/** Nodes 2.0: every face is drawn into its own canvas, which does not follow the canvas' zoom; redraw the faces when
+ *  the zoom changes (each chooses its lines or its big key from the scale). The litegraph canvas ignores this. */
+function redrawFacesOnZoom() {
+  const ds = app.canvas?.ds;
+  if (!ds) return;
+  const onChanged = ds.onChanged;
+  let drawnAt = ds.scale;
+  ds.onChanged = function () {
+    const r = onChanged?.apply(this, arguments);
+    if (ds.scale !== drawnAt) { // a pan keeps every face as drawn
+      drawnAt = ds.scale;
+      for (const node of app.graph?._nodes ?? app.graph?.nodes ?? []) {
+        node.widgets?.find((x) => x.name === SUMMARY)?.triggerDraw?.();
+      }
+    }
+    return r;
+  };
 }
 
 function showTable(node) {
@@ -324,15 +434,40 @@ FS.tableOf = (id) => {
   return t ? { message: t.message, source: t.source, time: t.time, promptId: t.promptId } : null;
 };
 
+/** Workflows saved before klein's model_type moved to the sampler hold the loader's third widget value
+ *  (source, variant, model_type, dtype, ...); the frontend sets widget values by position, so without this every
+ *  later widget would take its neighbour's value. The dropped value is said in the console when it was not "auto"
+ *  (the sampler's model_type is where it goes now). */
+function migrateKleinLoader(nodeType) {
+  const configure = nodeType.prototype.configure;
+  nodeType.prototype.configure = function (info) {
+    const v = info?.widgets_values;
+    if (Array.isArray(v) && v.length === 8 && ["auto", "distilled", "base"].includes(v[2])) {
+      if (v[2] !== "auto")
+        console.warn(`[FillScope] klein loader ${info.id}: model_type '${v[2]}' moved to the klein sampler; set it there`);
+      info = { ...info, widgets_values: [...v.slice(0, 2), ...v.slice(3)] };
+    }
+    return configure.call(this, info);
+  };
+}
+
 app.registerExtension({
   name: "FillScope.ShapesOnNodes",
   commands: [
     { id: "FillScope.OpenArchitectureReport", label: "FillScope: open the architecture report", icon: "pi pi-sitemap",
       function: () => openViewer() },
+    { id: TOGGLE_ID, label: "FillScope: show / hide the advanced inputs", icon: "pi pi-sliders-h",
+      function: () => toggleSelectedAdvanced() },
   ],
+  // Nodes 2.0's node menu has no "Show Advanced" (frontend 1.32.9): the toggle sits in the selection toolbox
+  getSelectionToolboxCommands(item) {
+    return isFillScope(item) && hasAdvanced(item) ? [TOGGLE_ID] : [];
+  },
   async setup() {
     // The architecture viewer: a sidebar tab where the frontend has the API (1.32.9: yes), else a dialog.
     if (!registerSidebar()) addFallbackButton();
+    observeVueRows(); // Nodes 2.0: fold the advanced rows of FillScope nodes (foldVueRows)
+    redrawFacesOnZoom();
     // Inspect nodes on ComfyUI's own MODEL / CLIP / VAE finish their record when a later node calls the model
     // (nodes/live.py): the record arrives as this event, shown as an `executed` ui is.
     api.addEventListener("fillscope.live", (e) => {
@@ -358,6 +493,7 @@ app.registerExtension({
   },
   async beforeRegisterNodeDef(nodeType, nodeData) {
     if (!nodeData?.name?.startsWith("FillScope")) return;
+    if (nodeData.name === "FillScopeLoadKleinTransformer") migrateKleinLoader(nodeType);
     const onSerialize = nodeType.prototype.onSerialize;
     nodeType.prototype.onSerialize = function (o) {
       onSerialize?.apply(this, arguments);

@@ -1,4 +1,5 @@
-// FillScope architecture viewer (ComfyUI frontend >= 1.32): the five-page report of a trace node, inside ComfyUI.
+// FillScope architecture viewer (ComfyUI frontend >= 1.32): the five-page report of a trace node and the Shapes
+// Report's page, inside ComfyUI.
 //
 // Where it lives:
 //   - a sidebar tab ("FillScope", id `fillscope-architecture`), registered with the frontend's extension manager:
@@ -21,7 +22,10 @@
 // applies inside. The report tells the viewer its language (EN / 中文), which every view (sidebar, dialog, new
 // tab) then opens in, and remembered across reloads; its "⤓ JSON" link asks the viewer, which downloads the
 // report's .json file from /view. The viewer has its own ⤓ HTML / ⤓ JSON links (to /view) too.
-// A JSON report (the Shapes Report node's) is shown as text. Everything else is built with createElement and
+// A Shapes Report's files come JSON first, its page second (nodes/inspect.py: the JSON stays what programs read
+// as its file, and window.FillScope.lastReport names it): the viewer shows the page (the boundary table, EN / 中文,
+// in the same sandboxed frame) and offers the JSON as its download. A JSON report without a page (one written
+// before the Shapes Report wrote pages) is shown as text. Everything else is built with createElement and
 // textContent: no file name, title or prompt reaches innerHTML.
 //
 // The list: this session's reports and, after a page reload, those of the prompts in ComfyUI's /history
@@ -41,7 +45,7 @@ const MAX_JSON_CHARS = 400_000; // a JSON report is shown up to this many charac
 
 // ---- the session's reports (shared by every view) ----------------------------------------------
 const FS = (window.FillScope = window.FillScope && typeof window.FillScope === "object" ? window.FillScope : {});
-const reports = []; // newest first: {key, filename, subfolder, type, kind, json, nodeId, nodeTitle, nodeType, time}
+const reports = []; // newest first: {key, filename, subfolder, type, kind, json, page, nodeId, nodeTitle, nodeType, time}
 const listeners = new Set();
 let selectedKey = null; // the report picked in a list; null: follow the newest
 let last = FS.lastReport && typeof FS.lastReport === "object" ? fileRef(FS.lastReport) : null;
@@ -82,6 +86,9 @@ export function addReport(files, node, opts = {}) {
   const ref = fileRef(list[0]);
   if (!ref) return null;
   const jsonRef = list.slice(1).map(fileRef).find((f) => f && kindOf(f.filename) === "json") ?? null;
+  // a JSON report's page (the Shapes Report's .html): what the viewer shows for it
+  const pageRef = kindOf(ref.filename) === "json"
+    ? list.slice(1).map(fileRef).find((f) => f && kindOf(f.filename) === "html") ?? null : null;
   const key = keyOf(ref);
   const old = reports.findIndex((r) => r.key === key);
   if (opts.time && old >= 0) return reports[old];
@@ -91,6 +98,7 @@ export function addReport(files, node, opts = {}) {
     key,
     kind: kindOf(ref.filename),
     json: jsonRef ?? prev?.json ?? null,
+    page: pageRef ?? prev?.page ?? null,
     nodeId: node?.id ?? prev?.nodeId ?? null,
     nodeTitle: node ? String(node.title ?? node.type ?? "") : prev?.nodeTitle ?? "",
     nodeType: node ? String(node.type ?? "") : prev?.nodeType ?? "",
@@ -152,7 +160,13 @@ function currentEntry() {
     if (e) return e;
   }
   if (reports.length) return reports[0];
-  return last ? { ...last, key: keyOf(last), kind: kindOf(last.filename), json: null, nodeTitle: "", time: null } : null;
+  return last ? { ...last, key: keyOf(last), kind: kindOf(last.filename), json: null, page: null, nodeTitle: "", time: null } : null;
+}
+
+/** The file a report is shown as: its page where it has one (a Shapes Report's JSON), else the report itself. */
+function shownFile(entry) {
+  if (!entry?.page) return entry;
+  return { ...entry.page, key: keyOf(entry.page), kind: "html", json: entry, page: null };
 }
 
 function select(key) {
@@ -209,7 +223,8 @@ export function viewURL(ref) {
   return api.apiURL("/view?" + q.toString());
 }
 
-function load(entry) {
+function load(report) {
+  const entry = shownFile(report);
   let p = cache.get(entry.key);
   if (p) {
     cache.delete(entry.key); // most recently used last: evicted last
@@ -321,9 +336,10 @@ class ReportView {
     }
   }
 
-  renderCurrent(entry) {
-    this.current.hidden = !entry;
-    if (!entry) return;
+  renderCurrent(report) {
+    this.current.hidden = !report;
+    if (!report) return;
+    const entry = shownFile(report); // a Shapes Report's page, else the report itself
     this.name.textContent = (entry.subfolder ? entry.subfolder + "/" : "") + entry.filename;
     this.from.textContent = entry.nodeTitle ? `from #${entry.nodeId ?? "?"} ${entry.nodeTitle}` : "";
     const setLink = (a, href, download) => {
@@ -338,14 +354,15 @@ class ReportView {
     };
     setLink(this.htmlLink, viewURL(entry), entry.filename);
     this.htmlLink.textContent = entry.kind === "html" ? "⤓ HTML" : "⤓ " + entry.filename.split(".").pop().toUpperCase();
-    this.jsonLink.hidden = !entry.json;
-    if (entry.json) setLink(this.jsonLink, viewURL(entry.json), entry.json.filename);
+    const json = report.page ? report : report.json; // a Shapes Report: its JSON is the report itself
+    this.jsonLink.hidden = !json;
+    if (json) setLink(this.jsonLink, viewURL(json), json.filename);
     this.openLink.hidden = entry.kind !== "html";
     setLink(this.openLink, null);
     if (entry.kind === "html") {
-      load(entry).then(
+      load(report).then(
         (r) => {
-          if (this.shownKey === entry.key && r.blobUrl) setLink(this.openLink, r.blobUrl);
+          if (this.shownKey === report.key && r.blobUrl) setLink(this.openLink, r.blobUrl);
         },
         () => {},
       );
@@ -367,10 +384,11 @@ class ReportView {
       const b = el("button", "fsv-item");
       b.type = "button";
       b.dataset.key = r.key;
-      b.dataset.filename = r.filename;
-      b.title = (r.subfolder ? r.subfolder + "/" : "") + r.filename;
+      const shown = shownFile(r);
+      b.dataset.filename = shown.filename;
+      b.title = (shown.subfolder ? shown.subfolder + "/" : "") + shown.filename;
       b.setAttribute("aria-current", String(entry?.key === r.key));
-      b.append(el("span", "fsv-item-name", r.filename),
+      b.append(el("span", "fsv-item-name", shown.filename),
         el("span", "fsv-item-meta", [r.nodeTitle, fmtClock(r.time)].filter(Boolean).join(" · ")));
       b.addEventListener("click", () => select(r.key));
       li.appendChild(b);
@@ -379,9 +397,10 @@ class ReportView {
     box.appendChild(ol);
   }
 
-  renderBody(entry) {
+  renderBody(report) {
     const body = this.body;
     this.frame = null;
+    const entry = shownFile(report); // a Shapes Report's page, else the report itself
     if (!entry) {
       const empty = el("div", "fsv-empty");
       empty.append(el("div", "fsv-empty-title", "No architecture report yet"), el("div", "fsv-empty-text", EMPTY_TEXT));
@@ -391,11 +410,11 @@ class ReportView {
     }
     body.replaceChildren(el("div", "fsv-empty", "Loading " + entry.filename + " …"));
     body.dataset.state = "loading";
-    load(entry).then(
+    load(report).then(
       (r) => {
-        if (this.shownKey !== entry.key) return;
+        if (this.shownKey !== report.key) return;
         if (entry.kind === "html") {
-          const frame = sandboxedFrame(srcdocOf(r.text, reportLang), "FillScope architecture report: " + entry.filename);
+          const frame = sandboxedFrame(srcdocOf(r.text, reportLang), "FillScope report: " + entry.filename);
           frame.className = "fsv-frame";
           frame.dataset.key = entry.key;
           frame.dataset.filename = entry.filename;
@@ -423,7 +442,7 @@ class ReportView {
         body.dataset.state = "loaded";
       },
       (err) => {
-        if (this.shownKey !== entry.key) return;
+        if (this.shownKey !== report.key) return;
         const box = el("div", "fsv-empty fsv-error");
         box.append(el("div", "fsv-empty-title", "Could not load " + entry.filename), el("div", null, String(err?.message ?? err)));
         body.replaceChildren(box);

@@ -103,11 +103,16 @@ function percentOf(panel) {
 }
 
 /** Widen the frontend's sidebar panel (a PrimeVue SplitterPanel: flex-basis "calc(P% - 4px)", its gutter measures
- *  the panels when dragged) for this tab: to the width the user left it at, else to WIDE_PERCENT if narrower. */
+ *  the panels when dragged; or a reka-ui one: flex-grow P) for this tab: to the width the user left it at, else to WIDE_PERCENT if narrower. */
 export function widenSidebar(container, onLeave) {
   const panel = container.closest(".side-bar-panel");
-  const other = panel && [...panel.parentElement.children].find((c) => c !== panel && c.classList.contains("p-splitterpanel"));
+  // PrimeVue's splitter (frontend 1.32) sizes its panels by flex-basis; reka-ui's (1.5x: panels [data-panel]) by
+  // flex-grow, the panel's share in percent
+  const isPanel = (c) => c.classList.contains("p-splitterpanel") || c.hasAttribute("data-panel");
+  const other = panel && [...panel.parentElement.children].find((c) => c !== panel && isPanel(c));
   if (!panel || !other || widened) return;
+  const prop = panel.hasAttribute("data-panel") ? "flexGrow" : "flexBasis";
+  const size = (p) => (prop === "flexGrow" ? String(p) : `calc(${p}% - 4px)`);
   let saved = NaN;
   try {
     saved = Number(localStorage.getItem(WIDTH_KEY));
@@ -116,9 +121,9 @@ export function widenSidebar(container, onLeave) {
   }
   const percent = saved >= 10 && saved <= 80 ? saved : WIDE_PERCENT;
   if (!(saved >= 10) && percentOf(panel) >= percent) return;
-  widened = { panel, other, bases: [panel.style.flexBasis, other.style.flexBasis], percent, now: percent };
-  panel.style.flexBasis = `calc(${percent}% - 4px)`;
-  other.style.flexBasis = `calc(${100 - percent}% - 4px)`;
+  widened = { panel, other, prop, bases: [panel.style[prop], other.style[prop]], percent, now: percent };
+  panel.style[prop] = size(percent);
+  other.style[prop] = size(100 - percent);
   // the width the user drags it to (measured while it is shown: on close the panel is hidden first)
   widened.observer = new ResizeObserver(() => {
     const now = percentOf(panel);
@@ -137,7 +142,7 @@ export function widenSidebar(container, onLeave) {
 /** Give the other tabs their width back, keeping the width the user dragged this tab to for the next time. */
 export function releaseSidebar() {
   if (!widened) return;
-  const { panel, other, bases, percent, now, observer, left } = widened;
+  const { panel, other, prop, bases, percent, now, observer, left } = widened;
   widened = null;
   observer.disconnect();
   left.disconnect();
@@ -148,7 +153,7 @@ export function releaseSidebar() {
       /* not remembered */
     }
   }
-  [panel.style.flexBasis, other.style.flexBasis] = bases;
+  [panel.style[prop], other.style[prop]] = bases;
 }
 
 export function ensureStyle() {

@@ -21,6 +21,10 @@ from .shapes import Keys, apply_hints, hints_for, read_hints
 from .text_encoders import clip_info, clip_part, t5_part, text_encoder_parts
 from .vae import vae_parts
 
+# The kinds classify gives a file whose tensors it does not recognise: neither a model FillScope loads nor one it can
+# name, so nothing says which loader the file is for (component_kinds: None).
+UNRECOGNISED = ("unknown", "unknown_checkpoint")
+
 LOADS_ONLY = ("it loads FLUX.1 Fill, SD3/SD3.5, the alimama inpainting ControlNet, their 16-channel VAEs, "
               "CLIP-L / CLIP-G / T5-XXL, and FLUX.2 [klein] 4B/9B with Qwen3-4B/8B and the FLUX.2 VAE")
 
@@ -31,9 +35,20 @@ def sniff(path, input_name: str = "source") -> CheckpointInfo:
     require_file(path, input_name)
     st = path.stat()
     try:
-        return _sniff_cached(str(path.resolve()), st.st_size, st.st_mtime_ns)
+        # the path as named, links kept: a model-folder link into a Hugging Face cache points at a blob without a
+        # suffix, and the suffix check belongs to the name the user chose
+        return _sniff_cached(str(path.absolute()), st.st_size, st.st_mtime_ns)
     except FillScopeInputError as e:
         raise FillScopeInputError(input_name, e.problem, e.fix) from None
+
+
+def component_kinds(info: CheckpointInfo) -> frozenset | None:
+    """The component kinds a file's parts load as (specs.COMPONENTS keys: the FillScope loaders of those kinds take
+    it); empty for a file recognised as something FillScope does not load (a LoRA, an SDXL checkpoint, a FLUX.1 [dev]
+    transformer, a T5-base); None when its tensors are not recognised at all."""
+    if info.kind in UNRECOGNISED:
+        return None
+    return frozenset(p.component for p in info.parts)
 
 
 @lru_cache(maxsize=256)
@@ -74,7 +89,7 @@ def classify(tensors: dict, hints: dict | None = None, metadata: dict | None = N
             return found
     dtype = describe_dtype(tensors)
     first = ", ".join(sorted(tensors)[:3])
-    return _elsewhere("unknown", f"not a model FillScope recognises ({len(tensors)} tensors, {dtype}; first keys: {first})",
+    return _elsewhere(UNRECOGNISED[0], f"not a model FillScope recognises ({len(tensors)} tensors, {dtype}; first keys: {first})",
                       "none", LOADS_ONLY)
 
 
@@ -110,7 +125,7 @@ def _whole_checkpoint(tensors: dict, hints: dict, dm: str):
         family = "FLUX.1"
         vae_kind = "flux_vae"
     else:
-        return _elsewhere("unknown_checkpoint", f"a checkpoint of a model FillScope does not know ({len(keys)} tensors, "
+        return _elsewhere(UNRECOGNISED[1], f"a checkpoint of a model FillScope does not know ({len(keys)} tensors, "
                           f"{dtype})", "checkpoint")
     vae_parts(tensors, hints, "first_stage_model.", parts, names, only=vae_kind)
     vae_parts(tensors, hints, "vae.", parts, names, only=vae_kind)

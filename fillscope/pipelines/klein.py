@@ -301,7 +301,7 @@ def compute_empirical_mu(image_tokens: int, steps: int) -> float:
 
 def resolve_distilled(transformer: Component, model_type: str = "auto") -> tuple[bool, str]:
     """(distilled?, where that came from). The weights cannot tell distilled from base: the repository's
-    model_index.json (is_distilled) or the loader's model_type input; meta/placeholder default to distilled."""
+    model_index.json (is_distilled) or the sampler's model_type input; meta/placeholder default to distilled."""
     if model_type not in MODEL_TYPES:
         raise FillScopeInputError("model_type", f"unknown type {model_type!r}.", f"use one of {', '.join(MODEL_TYPES)}.")
     if model_type != "auto":

@@ -29,8 +29,10 @@
       if (parseInt(t.getAttribute("data-goto"), 10) === p) { t.setAttribute("aria-current", "page"); }
       else { t.removeAttribute("aria-current"); }
     });
-    prev.disabled = p === 1; next.disabled = p === n;
-    counter.textContent = p + " / " + n;
+    // a one-page document (the Shapes Report's page) has no pager
+    if (prev) { prev.disabled = p === 1; }
+    if (next) { next.disabled = p === n; }
+    if (counter) { counter.textContent = p + " / " + n; }
     writeHash();
     tellHost();
   }
@@ -61,7 +63,7 @@
   tabs.forEach(function (t) {
     t.addEventListener("click", function () { show(t.getAttribute("data-goto")); window.scrollTo(0, 0); });
   });
-  [prev, next].forEach(function (b) {
+  [prev, next].filter(Boolean).forEach(function (b) {
     b.addEventListener("click", function () { show(cur + parseInt(b.getAttribute("data-step"), 10)); window.scrollTo(0, 0); });
   });
   Array.prototype.forEach.call(document.querySelectorAll(".langs button"), function (b) {
