@@ -2,33 +2,53 @@
 inpaint and FLUX.2 [klein] inpaint.
 
 `run_tiled` plans the tiles over the image (compositing/tiles.plan_tiles: only those that intersect the mask grown
-by the overlap), runs the family's own `run` on each tile's crop of the image and mask with the same seed, blends
+by the overlap). In mode `independent` it runs the family's own `run` on each tile's crop of the image and mask with the same seed, blends
 the tiles' images with ramp weights over the overlaps (tiles.ramp_weights, blend_tiles) and pastes the blend back
 into the source through the whole image's mask (masks.paste_back): every pixel outside the mask is the source's,
 bit for bit, and an image that fits in one tile gives exactly the untiled `run` + paste-back.
 
 The mask is prepared once for the whole image (invert, threshold, grow, feather: a grow or feather computed per
-crop would stop at the crop's edge), then each tile's crop of the prepared mask goes to prepare_image_and_mask
+crop would stop at the crop's edge), then (independent) each tile's crop of the prepared mask goes to prepare_image_and_mask
 again with grow and feather 0 (a binary mask binarises to itself), size_mode "pad" (only a side that fits in one
 tile can be off the 16 px grid: it is padded and cropped back as the untiled run does) and the caller's
 masked_fill (it hides the masked pixels of each tile's view).
 
-Modes: `independent` (each tile sampled on its own, the klein document's method); `shared` (MultiDiffusion: every
-step the overlapping windows averaged) is not built yet (issue 23).
-
-Memory: one tile's working set at a time (the blend holds the tiles' decoded images, 3 floats a pixel each, and
-their weights); each tile encodes the prompt again (the family's `run` is the unit here).
+Modes:
+- `independent` (each tile sampled on its own, the klein document's method): memory is one tile's working set at a
+  time (the blend holds the tiles' decoded images, 3 floats a pixel each, and their weights); each tile encodes the
+  prompt again (the family's `run` is the unit here).
+- `shared` (MultiDiffusion, Bar-Tal et al. 2023), FLUX Fill only: one sampler run over the whole latent grid
+  (sample_flux_fill: its schedule, seeded noise, guidance and Euler steps as untiled) whose denoiser is
+  `windowed_flux_denoiser`: every step it cuts the whole grid's tokens into the windows of plan_tiles (planned on the
+  model grid, so every window lies on the token grid), runs FillScope's transformer on each window that meets the
+  grown mask (each seen as a tile-sized image: window-local positions) and averages the windows' velocities with
+  ramp weights at token resolution, so neighbouring tiles agree while they are sampled. The prompt is encoded once;
+  the whole image's condition is built by one VAE encode and the result decoded by one VAE decode (their memory
+  grows with the image: a tiled VAE is for later); the transformer's input is one window's tokens at a time.
+  SD3 ControlNet inpaint and klein run `independent` only for now.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 
-from .compositing.tiles import Tile, blend_tiles, check_tile_settings, plan_tiles, ramp_weights
+from . import vae as vae_ops
+from .compositing.tiles import (
+    Tile,
+    blend_tiles,
+    check_tile_settings,
+    plan_tiles,
+    ramp_weights,
+)
+from .decode import decode_to_image
 from .errors import FillScopeInputError
 from .masks import paste_back, prepare_image_and_mask
+from .observe import stage
 from .pipelines import PIPELINES, flux_fill, klein, sd3_controlnet
+from .sampling import ExternalDenoiser
+from .specs import FLUX_PATCH, flux_image_ids
 
 MODES = ("independent", "shared")
 # what a family is called here: the pipelines' own names (PIPELINES, FAMILY) and the manifest's "sd3-controlnet"
@@ -41,7 +61,9 @@ class TiledResult:
     """The tiled run's image [B,H,W,3] at the input's size, the kept tiles and one record per tile (in the order
     run): index, box (x0, y0, x1, y1), row, col, repaint pixels in the tile, whether the transformer ran, the token
     count of its input (per image: FLUX Fill / klein: the sequence, klein's reference tokens included; SD3: latent
-    positions / patch^2), its shape, and the tile's seconds."""
+    positions / patch^2), its shape, and the tile's seconds. Mode shared: the boxes are on the model grid (the
+    image padded to a multiple of 16 px), `tokens` / `transformer_input` are the window's first call's, `calls` how
+    many times the transformer ran it (once a step) and `seconds` their sum."""
 
     image: object
     tiles: list
@@ -73,13 +95,16 @@ def run_tiled(family: str, stack: dict, prompt: str, image, mask, *, tile: int, 
     as the untiled run applies them. `callback(step, total)` counts tiles x steps (a callback that raises stops the
     run between two steps: ComfyUI's interrupt); `observe(name, tensor)` sees each tile's boundary tensors as
     "tile {index} {name}". `tile_range`: the range `tile` is checked against (bounds.TILED's by default; tiny test
-    models run with smaller tiles). `family_kwargs` go to the family's `run` (guidance, cfg, reference, ...)."""
+    models run with smaller tiles). `family_kwargs` go to the family's `run` (guidance, cfg, reference, ...).
+    Mode shared (FLUX Fill only, _run_shared): `family_kwargs` are guidance, denoise, timings and place; the
+    callback counts windows x steps; observe sees the whole run's tensors, the sampler's denoiser input as
+    "denoiser.input" and each window's first transformer call as "tile {index} transformer.input"/".output"."""
     pipeline = _pipeline(family)
     if mode not in MODES:
         raise FillScopeInputError("mode", f"unknown mode {mode!r}.", f"use one of {', '.join(MODES)}.")
-    if mode == "shared":
-        raise NotImplementedError("tiled sampling mode 'shared' (MultiDiffusion: the overlapping windows averaged "
-                                  "every step) is not built yet (issue 23); use mode 'independent'.")
+    if mode == "shared" and pipeline is not flux_fill:
+        raise FillScopeInputError("mode", f"'shared' is built for FLUX Fill only; {family} has no shared mode yet "
+                                  "(issue 23).", "use mode 'independent' for this family.")
     check_tile_settings(tile, overlap, tile_range=tile_range)  # before the whole image is prepared
     options = dict(mask_options or {})
     unknown = sorted(set(options) - set(MASK_OPTIONS))
@@ -93,6 +118,10 @@ def run_tiled(family: str, stack: dict, prompt: str, image, mask, *, tile: int, 
     if "size_mode" in family_kwargs:
         raise FillScopeInputError("size_mode", "tiles are always prepared with size_mode pad (a crop would leave "
                                   "pixels no tile samples).", "leave size_mode unset.")
+    if mode == "shared":
+        return _run_shared(stack, prompt, image, mask, tile=tile, overlap=overlap, seed=seed, steps=steps,
+                           callback=callback, observe=observe, options=options, tile_range=tile_range,
+                           **family_kwargs)
     threshold = options.get("threshold", 0.5)
     masked_fill = options.pop("masked_fill", "none")
     # the whole image's mask, once (masked_fill is per tile: the model's view of each crop)
@@ -144,4 +173,167 @@ def run_tiled(family: str, stack: dict, prompt: str, image, mask, *, tile: int, 
     return TiledResult(paste_back(blended, source, whole.paste_mask), tiles, records, notes, whole.warnings)
 
 
-__all__ = ["MODES", "FAMILIES", "Tile", "TiledResult", "run_tiled"]
+def token_windows(tiles: list, token_px: int) -> list:
+    """The tiles' boxes in token units (pixels / token_px): the windows the shared mode cuts from the token grid.
+    plan_tiles on the model grid puts every box on that grid; a box off it is refused (it would cut a token)."""
+    out = []
+    for t in tiles:
+        if any(v % token_px for v in t.box):
+            raise FillScopeInputError("tiles", f"tile {t.index}'s box {t.box} is not on the {token_px} px token grid.",
+                                      "plan the tiles on the model grid (its sides are multiples of one token).")
+        out.append(Tile(t.index, tuple(v // token_px for v in t.box), t.row, t.col))
+    return out
+
+
+def windowed_flux_denoiser(transformer, text, windows: list, token_grid: tuple, *, on_call=None):
+    """FLUX Fill's denoiser over overlapping windows (MultiDiffusion), as an ExternalDenoiser for sample_flux_fill:
+    `call(tokens, t, guidance, text, grid)` gets the whole latent grid's tokens [B,N,384] (N = th x tw tokens, row
+    major, `token_grid` = (th, tw)); each window of `windows` (Tiles in token units, token_windows) is cut out
+    [B,n,384], run through `transformer` (FillScope's own Component: flux_fill.transformer_velocity, the sampler's
+    own call; or an ExternalDenoiser, called with the window's latent grid) and its velocity [B,n,64] added with
+    its ramp weight (ramp_weights over the windows at token resolution: 1 where one window alone covers, summing
+    to 1 where they overlap); the weighted sum is the whole grid's velocity.
+
+    Window-local positions: each window gets img_ids (0, row, col) from (0, 0), as if it were a tile-sized image
+    (MultiDiffusion runs each window as the model's native-size image). FLUX's RoPE would compute positions for the
+    whole grid, but FLUX.1 is published for images of 0.1 to 2 MP (2 MP is about 1448x1448 px, 90x90 tokens): the
+    rows and columns of a large image (a 6144 px side is 384 token columns) lie past the positions it was trained
+    on. The windows' tokens still sit at their own place in the whole latent, where their velocities are added.
+
+    Tokens no window covers (farther than the overlap from the mask: plan_tiles keeps only windows meeting the grown
+    mask) get the velocity that carries them straight to the condition's masked-image latents (the source's latents
+    there): v = (x - c) / sigma, so x_t = sigma n + (1 - sigma) c stays on that line and the last Euler step lands
+    on c. sample_flux_fill does not hold unmasked latents to the source (only a soft mask does), so whatever is
+    returned there is sampled into the latent; paste-back then restores the source's pixels outside the mask
+    exactly, whatever the velocity, so this choice changes no pixel outside the mask. It matters for the VAE decode
+    of the masked pixels: the decoder's convolutions and its mid-block attention read neighbouring latents, and
+    zeros would leave pure noise beside the windows (denoise 1); the source's latents are what the untiled model
+    reproduces there from its condition.
+
+    `on_call(window, velocity_input, velocity, seconds)` after each window call (records, progress, observe)."""
+    import torch
+
+    weights = ramp_weights(windows, *token_grid)  # [h, w] float32 per window
+    own = not isinstance(transformer, ExternalDenoiser)
+    th, tw = token_grid
+    ids = {}
+
+    def call(tokens, t, guidance, text_pair, grid):
+        if tuple(grid) != (th * FLUX_PATCH, tw * FLUX_PATCH):
+            raise FillScopeInputError("grid", f"the sampler's latent grid {grid} is not the windows' "
+                                      f"{(th * FLUX_PATCH, tw * FLUX_PATCH)}.", "plan the windows on this image.")
+        b, n, width = tokens.shape
+        grid_tokens = tokens.view(b, th, tw, width)
+        out, covered = None, torch.zeros(th, tw, dtype=torch.bool, device=tokens.device)
+        for window, weight in zip(windows, weights):
+            x0, y0, x1, y1 = window.box
+            piece = grid_tokens[:, y0:y1, x0:x1].reshape(b, (y1 - y0) * (x1 - x0), width)
+            wh, ww = (y1 - y0) * FLUX_PATCH, (x1 - x0) * FLUX_PATCH  # the window's latent grid
+            started = time.perf_counter()
+            if own:
+                if (wh, ww) not in ids:
+                    ids[(wh, ww)] = flux_image_ids(wh, ww, device=tokens.device, dtype=tokens.dtype)
+                txt_ids = text.txt_ids.to(device=tokens.device, dtype=tokens.dtype)
+                velocity = flux_fill.transformer_velocity(transformer.model, piece, t, guidance, text_pair,
+                                                          txt_ids, ids[(wh, ww)])
+            else:
+                velocity = transformer.call(piece, t, guidance, text_pair, (wh, ww))
+            seconds = time.perf_counter() - started
+            if out is None:
+                out = torch.zeros(b, th, tw, velocity.shape[-1], device=tokens.device, dtype=torch.float32)
+            w = weight.to(device=tokens.device)[None, :, :, None]
+            out[:, y0:y1, x0:x1] += velocity.float().view(b, y1 - y0, x1 - x0, -1) * w
+            covered[y0:y1, x0:x1] = True
+            if on_call is not None:
+                on_call(window, piece, velocity, seconds)
+        c_width = out.shape[-1]  # noisy width 4C: the condition starts with the masked latents, 4C wide
+        x, c = grid_tokens[..., :c_width].float(), grid_tokens[..., c_width:2 * c_width].float()
+        to_source = (x - c) / t.float().view(b, 1, 1, 1)
+        out = torch.where(covered[None, :, :, None], out, to_source)
+        return out.view(b, n, c_width).to(tokens.dtype)
+
+    if own:
+        device, dtype, schedule = transformer.device, transformer.model.dtype, None
+    else:
+        device, dtype, schedule = transformer.device, transformer.dtype, transformer.schedule
+    return ExternalDenoiser(call=call, config=transformer.config, device=device, dtype=dtype,
+                            input_name=getattr(transformer, "input_name", "transformer"), schedule=schedule)
+
+
+def _run_shared(stack, prompt, image, mask, *, tile, overlap, seed, steps, callback, observe, options, tile_range,
+                **family_kwargs) -> TiledResult:
+    """Mode `shared` for FLUX Fill (module docstring): the prompt encoded once, the whole image's condition built by
+    one VAE encode (memory grows with the image: a tiled VAE encode is for later), one sample_flux_fill over the
+    whole latent with windowed_flux_denoiser, one VAE decode, paste-back through the whole image's mask. Progress
+    counts windows x steps (a raising callback stops the run between two window calls)."""
+    for name in ("step_cache", "parallel"):
+        if family_kwargs.get(name) not in (None, "off", 1):
+            raise FillScopeInputError(name, f"is {family_kwargs[name]!r}: tiled mode 'shared' runs its windows in "
+                                            "one process without a step cache.",
+                                      f"leave {name} unset, or use mode 'independent'.")
+        family_kwargs.pop(name, None)
+    timings, place = family_kwargs.pop("timings", None), family_kwargs.pop("place", None)
+    unknown = sorted(set(family_kwargs) - {"guidance", "denoise"})
+    if unknown:
+        raise FillScopeInputError(unknown[0], "is no option of FLUX Fill's tiled mode 'shared'.",
+                                  "give only guidance and denoise (and timings, place).")
+    whole = prepare_image_and_mask(image, mask, size_mode="pad", **options)  # masked_fill too: one condition
+    source = whole.source
+    grid_h, grid_w = whole.image.shape[-2:]
+    clip_l, t5, transformer, vae = (stack[name] for name in flux_fill.COMPONENTS)
+    token_px = vae_ops.latent_format(vae).downscale * FLUX_PATCH
+    # planned on the model grid (a multiple of one token): every window's start and end lie on the token grid
+    tiles = plan_tiles(grid_h, grid_w, tile=tile, overlap=overlap, multiple=token_px, mask=whole.mask[:, 0],
+                       tile_range=tile_range)
+    notes = [f"{len(tiles)} window(s) of {tile} px, overlap {overlap:g}, mode shared"] + whole.notes
+    if not tiles:
+        return TiledResult(source.clone(), [], [], notes, whole.warnings)
+    windows = token_windows(tiles, token_px)
+    records = {t.index: {"index": t.index, "box": t.box, "row": t.row, "col": t.col,
+                         "repaint_pixels": int((whole.mask[:, 0, t.box[1]:t.box[3], t.box[0]:t.box[2]] > 0).sum())
+                         if whole.mask.device.type != "meta" else None,
+                         "sampled": True, "tokens": 0, "transformer_input": None, "calls": 0, "seconds": 0.0}
+               for t in tiles}
+    state = {"calls": 0, "steps": steps}
+
+    def schedule(sigmas):
+        state["steps"] = len(sigmas) - 1
+        inner = getattr(transformer, "schedule", None)
+        if inner is not None:
+            inner(sigmas)
+
+    def on_call(window, piece, velocity, seconds):
+        r = records[window.index]
+        if r["calls"] == 0:
+            r["transformer_input"], r["tokens"] = list(piece.shape), int(piece.shape[1])
+            if observe is not None:
+                observe(f"tile {window.index} transformer.input", piece)
+                observe(f"tile {window.index} transformer.output", velocity)
+        r["calls"] += 1
+        r["seconds"] = round(r["seconds"] + seconds, 3)
+        state["calls"] += 1
+        if callback is not None:
+            callback(state["calls"], state["steps"] * len(windows))
+
+    def sampler_observe(name, tensor):
+        # the sampler's "transformer" is the windowed denoiser: its input is the whole grid's, never the model's
+        if observe is not None:
+            observe(name.replace("transformer.", "denoiser.") if name.startswith("transformer.") else name, tensor)
+
+    with stage("encode_prompt", [clip_l, t5], timings=timings, place=place):
+        flux_text = flux_fill.encode_prompt(clip_l, t5, prompt, observe=sampler_observe)
+    with stage("build_fill_condition", [vae], timings=timings, place=place):
+        condition = flux_fill.build_fill_condition(vae, whole, observe=sampler_observe)
+    with stage("sample_flux_fill", [transformer], timings=timings, place=place):
+        denoiser = windowed_flux_denoiser(transformer, flux_text, windows, (grid_h // token_px, grid_w // token_px),
+                                          on_call=on_call)
+        denoiser = dataclasses.replace(denoiser, schedule=schedule)
+        latent = flux_fill.sample_flux_fill(denoiser, flux_text, condition, steps=steps, seed=seed,
+                                            observe=sampler_observe, **family_kwargs)
+    with stage("decode_to_image", [vae], timings=timings, place=place):
+        decoded = decode_to_image(vae, latent, observe=sampler_observe)
+    return TiledResult(paste_back(decoded, source, whole.paste_mask), tiles, [records[t.index] for t in tiles],
+                       notes, whole.warnings)
+
+
+__all__ = ["MODES", "FAMILIES", "Tile", "TiledResult", "run_tiled", "token_windows", "windowed_flux_denoiser"]

@@ -163,11 +163,9 @@ def test_progress_counts_tiles_times_steps_and_a_raising_callback_stops_between_
     assert len(calls) == 3  # no step after the interrupt
 
 
-def test_shared_mode_is_not_built_yet_and_bad_settings_are_refused_before_sampling(stacks):
+def test_bad_settings_are_refused_before_sampling(stacks):
     stack = stacks["flux-fill"]
     image, mask = picture(96, 160), torch.ones(1, 96, 160)
-    with pytest.raises(NotImplementedError, match="issue 23"):
-        tiled("flux-fill", stack, image, mask, mode="shared")
     calls, handle = count_transformer_calls(stack)
     try:
         for kw, name in (({"tile": 1000}, "tile"), ({"overlap": 0.7}, "overlap"), ({"mode": "x"}, "mode"),

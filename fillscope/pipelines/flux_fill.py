@@ -205,6 +205,17 @@ def soft_mask_latent(cond: FillCondition, soft_mask):
                                cond.latent_width)
 
 
+def transformer_velocity(model, tokens, t, guidance, text, txt_ids, img_ids):
+    """One call of FillScope's own FLUX Fill transformer (diffusers' FluxTransformer2DModel): `tokens` [B,N,384]
+    (noisy 64 ++ condition 320), `t` [B] the sigma in [0, 1], `guidance` [B] or None (a model without a guidance
+    embedding), `text` = (T5 sequence [B,L,D], CLIP-L pooled [B,P]), `txt_ids` [L,3] and `img_ids` [N,3] the RoPE
+    positions of the text and image tokens -> velocity [B,N,64]. sample_flux_fill's step and tiled sampling's
+    shared windows (fillscope/tiled.py: each window with its own, window-local img_ids) both call it."""
+    hidden_text, pooled = text
+    return model(hidden_states=tokens, timestep=t, guidance=guidance, pooled_projections=pooled,
+                 encoder_hidden_states=hidden_text, txt_ids=txt_ids, img_ids=img_ids, return_dict=False)[0]
+
+
 def sample_flux_fill(
     transformer: Component | ExternalDenoiser,
     text: FluxTextCondition,
@@ -311,16 +322,8 @@ def sample_flux_fill(
                 velocity = transformer.call(model_input, timestep / 1000, guidance_vec, (hidden_text, pooled), (lh, lw))
             else:
                 with speed.cache_context(model, cache, "cond"):
-                    velocity = model(
-                        hidden_states=model_input,
-                        timestep=timestep / 1000,
-                        guidance=guidance_vec,
-                        pooled_projections=pooled,
-                        encoder_hidden_states=hidden_text,
-                        txt_ids=txt_ids,
-                        img_ids=img_ids,
-                        return_dict=False,
-                    )[0]  # [B,N,64]
+                    velocity = transformer_velocity(model, model_input, timestep / 1000, guidance_vec,
+                                                    (hidden_text, pooled), txt_ids, img_ids)  # [B,N,64]
             if i == 0:
                 observe("transformer.input", model_input)
                 observe("transformer.output", velocity)
