@@ -9,7 +9,15 @@ import json
 import pytest
 from PIL import Image
 
-from workflow_helpers import load_api, node_id, sd3_inpaint_prompt, shapes_doc, tensors, with_synthetic_image
+from workflow_helpers import (
+    image_saver,
+    load_api,
+    node_id,
+    sd3_inpaint_prompt,
+    shapes_doc,
+    tensors,
+    with_synthetic_image,
+)
 from comfy_server import ComfyExecutionError, ComfyPromptError
 
 
@@ -62,7 +70,7 @@ def test_sd3_meta_trace_reports_the_contract_shapes(server):
 def test_sd3_inpaint_workflow_runs_on_the_tiny_folders(server):
     prompt = sd3_inpaint_prompt()
     entry = server.run(prompt, timeout=900)
-    saved = entry["outputs"][node_id(prompt, "SaveImage")]["images"][0]
+    saved = entry["outputs"][image_saver(prompt)]["images"][0]
     png = Image.open(io.BytesIO(server.view(saved["filename"], saved["subfolder"], saved["type"])))
     assert png.size == (128, 96)
     cond = tensors(shapes_doc(entry, prompt, "FillScopeSD3InpaintCondition"))
