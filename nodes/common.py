@@ -172,9 +172,9 @@ def _folder_files(folder: str) -> list[tuple[str, str]]:
     for n in names:
         n = n.replace(os.sep, "/")
         if n.lower().endswith(WEIGHT_SUFFIXES) and _split_file_source(f"{folder}/{n}") == (folder, n):
-            found = _file_path(folder, n)[0]  # the file the loader would load (a dangling link: None)
+            found = _file_path(folder, n)[0]  # the file the loader would load, links kept (a dangling link: None)
             if found:
-                out.append((n, folder_paths.get_full_path(folder, n) or found))
+                out.append((n, found))
     return out
 
 
