@@ -41,7 +41,7 @@ TRACE = {"width": Range(16, 8192), "height": Range(16, 8192)}
 # the batch node's workers, resident stacks and seconds to wait for a Ray cluster (`python -m fillscope batch
 # --workers N --max-resident N --connect-timeout SECONDS`)
 BATCH = {"workers": Range(1, 64), "max_resident": Range(1, 16), "connect_timeout": Range(1, 600)}
-# tiled sampling (fillscope/tiled.py, compositing/tiles.py): a tile's side in px (a multiple of 16; 256 px is 256
+# tiled sampling (fillscope/tiled/, compositing/tiles.py): a tile's side in px (a multiple of 16; 256 px is 256
 # tokens, below which FLUX's schedule is extrapolated; 4096 px is 65,536 tokens) and the fraction of it shared
 # with a neighbour (0.5: every pixel sampled twice on each axis)
 TILED = {"tile": Range(256, 4096), "overlap": Range(0.0, 0.5)}

@@ -1,4 +1,4 @@
-"""Tiled sampling (issue 23, fillscope/tiled.py) on the three families' tiny fp32 models and on FLUX Fill's meta
+"""Tiled sampling (issue 23, fillscope/tiled/) on the three families' tiny fp32 models and on FLUX Fill's meta
 weights: an image that fits in one tile gives exactly the untiled run + paste-back; on a grid of tiles every pixel
 outside the mask is the source's, tiles away from the mask are not sampled, progress counts tiles x steps and a
 raising callback stops the run; the seam error against the untiled run is measured and printed (thresholds come

@@ -1,4 +1,4 @@
-"""Tiled sampling's mode "shared" (issue 23, fillscope/tiled.py: MultiDiffusion for FLUX.1 Fill) on the tiny fp32
+"""Tiled sampling's mode "shared" (issue 23, fillscope/tiled/shared_flux_fill.py: MultiDiffusion for FLUX.1 Fill) on the tiny fp32
 FLUX Fill and on its meta weights: an image that fits in one window gives exactly the untiled run + paste-back;
 on a grid of windows every pixel outside the mask is the source's, the transformer runs only the windows that meet
 the grown mask, one window's tokens a call, every step; the seam error against the untiled run is printed next to

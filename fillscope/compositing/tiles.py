@@ -1,5 +1,5 @@
 """Overlapping tiles over a large image (issue 23): where the tiles lie, how their results are blended, and how the
-seams between them are measured. Pixels only: the model runs elsewhere (fillscope/tiled.py runs a family's `run` per
+seams between them are measured. Pixels only: the model runs elsewhere (fillscope/tiled/ runs a family's `run` per
 tile and blends here).
 
 - `plan_tiles`: a grid of boxes of side `tile` (a multiple of 16, one FLUX/SD3/klein token) overlapping by at least

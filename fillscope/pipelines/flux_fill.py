@@ -210,7 +210,7 @@ def transformer_velocity(model, tokens, t, guidance, text, txt_ids, img_ids):
     (noisy 64 ++ condition 320), `t` [B] the sigma in [0, 1], `guidance` [B] or None (a model without a guidance
     embedding), `text` = (T5 sequence [B,L,D], CLIP-L pooled [B,P]), `txt_ids` [L,3] and `img_ids` [N,3] the RoPE
     positions of the text and image tokens -> velocity [B,N,64]. sample_flux_fill's step and tiled sampling's
-    shared windows (fillscope/tiled.py: each window with its own, window-local img_ids) both call it."""
+    shared windows (fillscope/tiled/shared_flux_fill.py: each window with its own, window-local img_ids) both call it."""
     hidden_text, pooled = text
     return model(hidden_states=tokens, timestep=t, guidance=guidance, pooled_projections=pooled,
                  encoder_hidden_states=hidden_text, txt_ids=txt_ids, img_ids=img_ids, return_dict=False)[0]

@@ -1,0 +1,76 @@
+"""Large images by overlapping tiles (issue 23), around the three inpaint families: FLUX.1 Fill, SD3 ControlNet
+inpaint and FLUX.2 [klein] inpaint.
+
+`run_tiled` checks the settings once and hands the run to its mode's module:
+- independent.py: each tile sampled on its own by the family's `run` (the klein document's method), blended with
+  ramp weights over the overlaps, pasted back through the whole image's mask;
+- shared_flux_fill.py: mode `shared` (MultiDiffusion) for FLUX.1 Fill: one sampler over the whole latent grid whose
+  denoiser averages the overlapping windows' velocities every step.
+Tiles are planned by compositing/tiles.plan_tiles: only those that intersect the mask grown by the overlap. Every
+pixel outside the mask is the source's, bit for bit, and an image that fits in one tile gives exactly the untiled
+`run` + paste-back in both modes. result.py holds what a run returns.
+"""
+
+from __future__ import annotations
+
+from ..compositing.tiles import Tile, check_tile_settings
+from ..errors import FillScopeInputError
+from ..pipelines import PIPELINES, flux_fill, klein, sd3_controlnet
+from .independent import run_independent
+from .shared_flux_fill import run_shared, token_windows, windowed_flux_denoiser
+from .result import TiledResult
+
+MODES = ("independent", "shared")
+# what a family is called here: the pipelines' own names (PIPELINES, FAMILY) and the manifest's "sd3-controlnet"
+FAMILIES = {**PIPELINES, **{p.FAMILY: p for p in (flux_fill, sd3_controlnet, klein)}, "sd3-controlnet": sd3_controlnet}
+MASK_OPTIONS = ("invert", "threshold", "grow", "feather", "masked_fill")
+
+
+def _pipeline(family: str):
+    if family not in FAMILIES:
+        raise FillScopeInputError("family", f"{family!r} is no family tiled sampling runs.",
+                                  f"use one of {', '.join(sorted(FAMILIES))}.")
+    return FAMILIES[family]
+
+
+def run_tiled(family: str, stack: dict, prompt: str, image, mask, *, tile: int, overlap: float,
+              mode: str = "independent", seed: int, steps: int, callback=None, observe=None,
+              mask_options: dict | None = None, tile_range=None, **family_kwargs) -> TiledResult:
+    """The family's inpaint over overlapping tiles (module docstring). `image` IMAGE [B,H,W,C], `mask` MASK [B,H,W]
+    (1 = repaint). `mask_options`: prepare_image_and_mask's invert, threshold, grow, feather, masked_fill, applied
+    as the untiled run applies them. `callback(step, total)` counts tiles x steps (a callback that raises stops the
+    run between two steps: ComfyUI's interrupt); `observe(name, tensor)` sees each tile's boundary tensors as
+    "tile {index} {name}". `tile_range`: the range `tile` is checked against (bounds.TILED's by default; tiny test
+    models run with smaller tiles). `family_kwargs` go to the family's `run` (guidance, cfg, reference, ...).
+    Mode shared (FLUX Fill only, run_shared): `family_kwargs` are guidance, denoise, timings and place; the
+    callback counts windows x steps; observe sees the whole run's tensors, the sampler's denoiser input as
+    "denoiser.input" and each window's first transformer call as "tile {index} transformer.input"/".output"."""
+    pipeline = _pipeline(family)
+    if mode not in MODES:
+        raise FillScopeInputError("mode", f"unknown mode {mode!r}.", f"use one of {', '.join(MODES)}.")
+    if mode == "shared" and pipeline is not flux_fill:
+        raise FillScopeInputError("mode", f"'shared' is built for FLUX Fill only; {family} has no shared mode yet "
+                                  "(issue 23).", "use mode 'independent' for this family.")
+    check_tile_settings(tile, overlap, tile_range=tile_range)  # before the whole image is prepared
+    options = dict(mask_options or {})
+    unknown = sorted(set(options) - set(MASK_OPTIONS))
+    if unknown:
+        raise FillScopeInputError("mask_options", f"holds {', '.join(unknown)}, which tiles do not take.",
+                                  f"give only {', '.join(MASK_OPTIONS)}.")
+    for name in ("noise", "soft_mask"):  # whole-image tensors a tile's run would read at the wrong size
+        if family_kwargs.get(name) is not None:
+            raise FillScopeInputError(name, "is not tiled yet (issue 23): each tile would get the whole image's.",
+                                      f"leave {name} unset for a tiled run.")
+    if "size_mode" in family_kwargs:
+        raise FillScopeInputError("size_mode", "tiles are always prepared with size_mode pad (a crop would leave "
+                                  "pixels no tile samples).", "leave size_mode unset.")
+    if mode == "shared":
+        return run_shared(stack, prompt, image, mask, tile=tile, overlap=overlap, seed=seed, steps=steps,
+                           callback=callback, observe=observe, options=options, tile_range=tile_range,
+                           **family_kwargs)
+    return run_independent(pipeline, stack, prompt, image, mask, tile=tile, overlap=overlap, mode=mode, seed=seed,
+                           steps=steps, callback=callback, observe=observe, options=options, tile_range=tile_range,
+                           **family_kwargs)
+
+
+__all__ = ["MODES", "FAMILIES", "Tile", "TiledResult", "run_tiled", "token_windows", "windowed_flux_denoiser"]
