@@ -17,13 +17,19 @@ from ..compositing.tiles import Tile, check_tile_settings
 from ..errors import FillScopeInputError
 from ..pipelines import PIPELINES, flux_fill, klein, sd3_controlnet
 from .independent import run_independent
-from .shared_flux_fill import run_shared, token_windows, windowed_flux_denoiser
+from .shared_flux_fill import run_shared as run_shared_flux_fill
+from .shared_flux_fill import token_windows, windowed_flux_denoiser
 from .result import TiledResult
 
 MODES = ("independent", "shared")
 # what a family is called here: the pipelines' own names (PIPELINES, FAMILY) and the manifest's "sd3-controlnet"
 FAMILIES = {**PIPELINES, **{p.FAMILY: p for p in (flux_fill, sd3_controlnet, klein)}, "sd3-controlnet": sd3_controlnet}
 MASK_OPTIONS = ("invert", "threshold", "grow", "feather", "masked_fill")
+# mode shared, one module a family: run_shared(stack, prompt, image, mask, *, tile, overlap, seed, steps, callback,
+# observe, options, tile_range, **family_kwargs) -> TiledResult
+SHARED = {
+    flux_fill: run_shared_flux_fill,
+}
 
 
 def _pipeline(family: str):
@@ -42,15 +48,15 @@ def run_tiled(family: str, stack: dict, prompt: str, image, mask, *, tile: int, 
     run between two steps: ComfyUI's interrupt); `observe(name, tensor)` sees each tile's boundary tensors as
     "tile {index} {name}". `tile_range`: the range `tile` is checked against (bounds.TILED's by default; tiny test
     models run with smaller tiles). `family_kwargs` go to the family's `run` (guidance, cfg, reference, ...).
-    Mode shared (FLUX Fill only, run_shared): `family_kwargs` are guidance, denoise, timings and place; the
+    Mode shared (SHARED: the family's run_shared; FLUX Fill's): `family_kwargs` are guidance, denoise, timings and place; the
     callback counts windows x steps; observe sees the whole run's tensors, the sampler's denoiser input as
     "denoiser.input" and each window's first transformer call as "tile {index} transformer.input"/".output"."""
     pipeline = _pipeline(family)
     if mode not in MODES:
         raise FillScopeInputError("mode", f"unknown mode {mode!r}.", f"use one of {', '.join(MODES)}.")
-    if mode == "shared" and pipeline is not flux_fill:
-        raise FillScopeInputError("mode", f"'shared' is built for FLUX Fill only; {family} has no shared mode yet "
-                                  "(issue 23).", "use mode 'independent' for this family.")
+    if mode == "shared" and pipeline not in SHARED:
+        raise FillScopeInputError("mode", f"'shared' is not built for {family} yet (issue 23).",
+                                  "use mode 'independent' for this family.")
     check_tile_settings(tile, overlap, tile_range=tile_range)  # before the whole image is prepared
     options = dict(mask_options or {})
     unknown = sorted(set(options) - set(MASK_OPTIONS))
@@ -65,9 +71,9 @@ def run_tiled(family: str, stack: dict, prompt: str, image, mask, *, tile: int, 
         raise FillScopeInputError("size_mode", "tiles are always prepared with size_mode pad (a crop would leave "
                                   "pixels no tile samples).", "leave size_mode unset.")
     if mode == "shared":
-        return run_shared(stack, prompt, image, mask, tile=tile, overlap=overlap, seed=seed, steps=steps,
-                           callback=callback, observe=observe, options=options, tile_range=tile_range,
-                           **family_kwargs)
+        return SHARED[pipeline](stack, prompt, image, mask, tile=tile, overlap=overlap, seed=seed, steps=steps,
+                                callback=callback, observe=observe, options=options, tile_range=tile_range,
+                                **family_kwargs)
     return run_independent(pipeline, stack, prompt, image, mask, tile=tile, overlap=overlap, mode=mode, seed=seed,
                            steps=steps, callback=callback, observe=observe, options=options, tile_range=tile_range,
                            **family_kwargs)
