@@ -670,6 +670,111 @@ NATIVE = ["native_flux_fill_inspect", "native_sd3_inspect", "native_flux_fill_mi
 GRAPHS += [native_flux_fill_inspect(), native_sd3_inspect(), native_flux_fill_mixed()]
 
 
+# ---- large images by tiles (issue 23): the tiled nodes, all-in-one (components in, image out) ---------------------
+# family -> (the tiled node, its loaders' parts in loader order, the image node's id, the tiled node's id); the ids
+# follow the family's inpaint graph (flux_fill_graph: image 8, sampler 10; klein_graph: image 5, sampler 7)
+TILED = {"flux-fill": ("FillScopeFluxFillTiledInpaint", ("clip_l", "t5", "transformer", "vae"), 8, 10),
+         "klein": ("FillScopeKleinTiledInpaint", ("qwen3", "transformer", "vae"), 5, 7)}
+TILE_SETTINGS = {"tile": 1024, "overlap": 0.15}
+TILED_MASK_OPTIONS = {"invert_mask": False, "threshold": 0.5, "grow": 0, "feather": 0}
+# 6144x4096: 7 x 5 = 35 tiles of 1024 px at overlap 0.15. The centred mask, 10 % of each side (614x410 px), meets 9
+# of them grown by the overlap (planned: the tile map's 3 x 3 around it) and lies inside one (tile 17): a meta run
+# samples that one tile, not 35. A centred mask that crosses into a second tile column also reaches a third row and
+# column (the tile centres do not fall on the image's): 9 tiles sampled, about 9 x 5-7 s on meta.
+SYNTHETIC_TILED = {"width": 6144, "height": 4096, "mask_fraction": 0.1}
+
+
+def tiled_graph(name, description, family, *, sources, dtype, prompt, steps, mode, image_node, note, models=None,
+                poisson=False, mask=True, images=True, options=None) -> Graph:
+    """The family's loaders -> the image source (its IMAGE and, with `mask`, its MASK) -> the tiled node (prompt,
+    tiles, sampling on its face) -> a Shapes Report of its record (the tile map on its page), saving its image with
+    `images`."""
+    models = models or {}
+    node_type, parts, image_id, tiled_id = TILED[family]
+    if family == "flux-fill":
+        loaders = [
+            _loader(1, "FillScopeLoadCLIPL", sources["clip_l"], dtype, (0, 0), models=models.get("clip_l", ())),
+            _loader(2, "FillScopeLoadT5", sources["t5"], dtype, (0, 120), models=models.get("t5", ())),
+            _loader(3, "FillScopeLoadFluxFillTransformer", sources["transformer"], dtype, (0, 240),
+                    models=models.get("transformer", ())),
+            _loader(4, "FillScopeLoadVAE", sources["vae"], dtype, (0, 360), kind="flux", models=models.get("vae", ())),
+        ]
+    else:
+        loaders = [
+            _loader(1, "FillScopeLoadQwen3", sources["qwen3"], dtype, (0, 0), variant="qwen3-4b",
+                    models=models.get("qwen3", ())),
+            _loader(2, "FillScopeLoadKleinTransformer", sources["transformer"], dtype, (0, 120), variant="klein-4b",
+                    models=models.get("transformer", ())),
+            _loader(3, "FillScopeLoadVAE", sources["vae"], dtype, (0, 260), kind="flux2", models=models.get("vae", ())),
+        ]
+    inputs = {part: (n.id, 0) for part, n in zip(parts, loaders)}
+    inputs["image"] = (image_id, 0)
+    if mask:
+        inputs["mask"] = (image_id, 1)
+    inputs.update(prompt=prompt, **TILE_SETTINGS, mode=mode, poisson=poisson, seed=0, steps=steps, **(options or {}),
+                  **TILED_MASK_OPTIONS)
+    tiled = Node(tiled_id, node_type, inputs, (760, 120), size=(360, 420))
+    out = report(tiled_id + 2, tiled_id, name, (1140, 120), images=(tiled_id, 0) if images else None)
+    nodes = [*loaders, image_node, tiled, out]
+    groups = [("Load models", [n.id for n in loaders]), ("Image and mask", [image_id]), ("Sample", [tiled_id]),
+              ("Output", [out.id])]
+    return Graph(name, description, nodes, groups, note)
+
+
+FLUX_TILED_OPTIONS = {"guidance": 30.0, "denoise": 1.0}
+KLEIN_TILED_OPTIONS = {"guidance": 4.0, "strength": 1.0, "model_type": "auto", "negative_prompt": ""}
+GRAPHS += [
+    tiled_graph(
+        "flux_fill_tiled_inpaint",
+        "FLUX.1 Fill [dev] on a large photo by overlapping 1024 px tiles (overlap 0.15): only the tiles that meet the "
+        "mask are sampled, each on its own (mode independent, 4096 tokens), their overlaps re-solved in the gradient "
+        "domain (poisson); unmasked pixels exact. Published single files, bf16, guidance 30, 28 steps.",
+        "flux-fill", sources=_FLUX_SOURCES, models=_FLUX_MODELS, dtype="bf16", prompt=PROMPT, steps=28,
+        mode="independent", poisson=True, options=FLUX_TILED_OPTIONS, image_node=load_image(8, (380, 260)),
+        note=notes.real_weights("FLUX.1 Fill [dev] tiled inpaint: a large photo in 1024 px tiles, 28 steps each",
+                                FLUX_FILL_FILES.values(), extra=notes.TILED_FLUX_FILL, gated=GATED),
+    ),
+    tiled_graph(
+        "klein_tiled_edit",
+        "FLUX.2 [klein] 4B (distilled) restyles a whole large photo by prompt, no mask: overlapping 1024 px tiles, "
+        "each next to its own source as reference tokens (8192 tokens), averaged every step (mode shared); a "
+        "4096x3072 photo is 20 tiles. Published single files, bf16, 4 steps.",
+        "klein", sources=_KLEIN_SOURCES, models=_KLEIN_MODELS, dtype="bf16",
+        prompt="turn this photo into a loose watercolour painting", steps=4, mode="shared", mask=False,
+        options=KLEIN_TILED_OPTIONS, image_node=load_image(5, (380, 260)),
+        note=notes.real_weights("FLUX.2 [klein] 4B tiled edit: restyle a whole large photo by prompt",
+                                KLEIN_4B_FILES.values(), extra=notes.TILED_KLEIN_EDIT, image=False, gated=GATED),
+    ),
+    tiled_graph(
+        "flux_fill_tiled_inpaint_meta_trace",
+        "FLUX.1 Fill tiled inpaint on meta weights: a 6144x4096 Synthetic Image + Mask in 35 tiles of 1024 px, the "
+        "one that holds the mask sampled at 4096 tokens ([1, 4096, 384]), the image back at 6144x4096; the tile map "
+        "on the Shapes Report's page; any CPU.",
+        "flux-fill", sources=META_SOURCES, dtype="bf16", prompt=PROMPT, steps=1, mode="independent",
+        options=FLUX_TILED_OPTIONS, images=False,
+        image_node=Node(8, "FillScopeSyntheticImageMask", dict(SYNTHETIC_TILED), (380, 260), size=(320, 140)),
+        note=notes.meta("FLUX.1 Fill tiled inpaint on meta weights: a 6144x4096 image, 1024 px tiles",
+                        notes.tiled_meta("FLUX.1 Fill", "4096 tokens, transformer input [1, 4096, 384]"),
+                        notes.TILED_META_BLANK),
+    ),
+    tiled_graph(
+        "klein_tiled_inpaint_meta_trace",
+        "FLUX.2 [klein] 4B tiled inpaint on meta weights: a 6144x4096 Synthetic Image + Mask in 35 tiles of 1024 px, "
+        "the one that holds the mask sampled at 8192 tokens (4096 image + 4096 reference: [1, 8192, 128]), the image "
+        "back at 6144x4096; the tile map on the Shapes Report's page; any CPU.",
+        "klein", sources=META_SOURCES, dtype="bf16", prompt=PROMPT, steps=4, mode="independent",
+        options=KLEIN_TILED_OPTIONS, images=False,
+        image_node=Node(5, "FillScopeSyntheticImageMask", dict(SYNTHETIC_TILED), (380, 260), size=(320, 140)),
+        note=notes.meta("FLUX.2 [klein] 4B tiled inpaint on meta weights: a 6144x4096 image, 1024 px tiles",
+                        notes.tiled_meta("FLUX.2 [klein] 4B", "8192 tokens (4096 of the tile, 4096 of its source as "
+                                         "the reference), transformer input [1, 8192, 128]"),
+                        notes.TILED_META_BLANK),
+    ),
+]
+TILED_TEMPLATES = ["flux_fill_tiled_inpaint", "klein_tiled_edit", "flux_fill_tiled_inpaint_meta_trace",
+                   "klein_tiled_inpaint_meta_trace"]  # tests read it
+
+
 def is_link(value) -> bool:
     return isinstance(value, tuple) and len(value) == 2
 

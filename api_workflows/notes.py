@@ -51,15 +51,19 @@ def real_weights(what: str, files, *, extra: str = "", image: bool = True, intro
     return "\n\n".join(parts)
 
 
-def meta(what: str, shows: str) -> str:
-    """A meta workflow's note: no download; what it shows."""
+META_BLANK = ("The decoded image is **blank** on meta weights (there are no pixel values): the VAE Decode node says so. "
+              "For a real image, choose model files on the loaders' source menus (see the inpaint templates for the "
+              "downloads).")
+
+
+def meta(what: str, shows: str, blank: str = META_BLANK) -> str:
+    """A meta workflow's note: no download; what it shows; what becomes of the image (`blank`)."""
     return "\n\n".join([
         f"## {what}",
         "**No download needed.** Every loader's source is `meta`: the full production topology with no weights "
         "(shapes only, no memory), so this runs on any CPU in seconds.",
         shows,
-        "The decoded image is **blank** on meta weights (there are no pixel values): the VAE Decode node says so. For a "
-        "real image, choose model files on the loaders' source menus (see the inpaint templates for the downloads).",
+        blank,
     ])
 
 
@@ -99,3 +103,46 @@ def native(what: str, shows: str, files, *, extra: str = "", gated=()) -> str:
     from the same folders) and the input image."""
     return real_weights(what, files, extra=(shows + ("\n\n" + extra if extra else "")), intro=NATIVE_MODELS_INTRO,
                         gated=gated)
+
+
+# ---- the tiled templates (issue 23) ------------------------------------------------------------------------------
+TILED_HOW = ("The tiled node cuts the photo into 1024 px tiles overlapping by 15 % (`tile`, `overlap`) and samples only "
+             "the tiles that meet the mask grown by the overlap, each at the model's native size whatever the photo's "
+             "size; the image comes back at the photo's size, every pixel outside the mask the source's, bit for bit. "
+             "The Shapes Report's page (the **FillScope** sidebar tab) draws the tile map: each tile's box, sampled or "
+             "not, its tokens and seconds.")
+TILED_FLUX_FILL = (
+    TILED_HOW + " The shipped `fillscope_example.png` is 1024x1024: one tile, run untiled. **Load your own large "
+    "photo** (4096x3072, 6144x4096 ...) and paint its mask to see the tiles.\n\n"
+    "**Mode independent, poisson on.** Each tile is FLUX Fill's whole pipeline on its own, so the memory is one tile's "
+    "(mode shared encodes and decodes the whole image at once); tiles that do not see each other draw different texture in their overlap, and a ramp blend of the two "
+    "fades both to reduced contrast there (a visible band). Poisson re-solves the overlaps inside the mask in the "
+    "gradient domain, one tile's drawing per pixel edge, so no band shows; it costs a CPU solve of the overlaps "
+    "(1.7 s for 3x3 tiles of 512 px on one CPU thread, as fillscope/compositing/tile_seams.py measured it), little "
+    "next to 28 steps a tile. Mode `shared` (neighbours agree while they are sampled) refuses poisson: switch it off there.")
+TILED_KLEIN_EDIT = (
+    "No mask: every pixel is repainted, a style by prompt over the whole picture. The tiled node cuts the photo into "
+    "1024 px tiles overlapping by 15 %; each tile is sampled next to its own source as klein's reference tokens "
+    "(4096 + 4096 tokens), and in **mode shared** one sampler averages the overlapping tiles' predictions every "
+    "step, so neighbours agree while they are painted (no seam to blend). A 4096x3072 photo is 5 x 4 = 20 tiles. "
+    "The shipped `fillscope_example.png` is 1024x1024: one tile, run untiled. **Load your own large photo** on the "
+    "Load Image node. `strength` below 1 (0.5-0.8) keeps more of the photo's layout and colours. The Shapes Report "
+    "saves the image and draws the tile map on its page (the **FillScope** sidebar tab).\n\n"
+    "klein 4B is distilled: 4 steps, no guidance (`guidance` and `negative_prompt` are read by base models only).")
+
+
+def tiled_meta(family: str, tokens: str) -> str:
+    """A tiled meta template's note: what the tiles show, at the synthetic size the user sets."""
+    return (f"Synthetic Image + Mask makes a 6144x4096 image with a centred mask 10 % of each side (614x410 px): "
+            "35 tiles of 1024 px (overlap 0.15); the 9 that meet the mask grown by the overlap are planned and the "
+            f"one that holds it is sampled, at {tokens}: one tile's tokens however big the image. The image comes "
+            "back at 6144x4096. About 25-40 s on 2 CPU cores, loaders included (measured through ComfyUI's server; "
+            "5-9 s of it the sampled tile). Change `width` / `height` (up to 8192) or "
+            "`mask_fraction` to see other plans: at 2048x1536 all 6 tiles are sampled; each sampled tile adds a few "
+            "seconds on meta. The tiled node shows each tile's box, tokens and transformer input; the Shapes "
+            "Report's page (the **FillScope** sidebar tab) draws the tile map.")
+
+
+TILED_META_BLANK = ("On meta weights there are no pixel values: inside the mask the image comes back **blank**, outside "
+                    "it the source's pixels. For a real image, choose model files on the loaders' source menus (see "
+                    "the tiled inpaint templates for the downloads).")

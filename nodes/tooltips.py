@@ -59,3 +59,29 @@ REPORT_PREFIX = ("Where the shape record goes in ComfyUI's output folder: folder
 SYNTHETIC_WIDTH = "Width in px of the test image and its mask."
 SYNTHETIC_HEIGHT = "Height in px of the test image and its mask."
 
+
+# the tiled nodes (nodes/tiled.py: large images by overlapping tiles)
+TILED_IMAGE = ("The large image to inpaint (ComfyUI IMAGE); the output has its size. Sides need not be multiples of "
+               "16: a tile that holds a whole side is padded and cropped back.")
+TILED_MASK = ("1 = repaint (ComfyUI's LoadImage mask is 1 - alpha), the image's size. Only tiles that meet the mask "
+              "grown by the overlap are sampled; every pixel outside it stays the source's exactly.")
+TILED_MASK_KLEIN = (TILED_MASK + " Optional: without a mask every pixel is repainted, each tile next to its own source "
+                    "as the reference (an edit of the whole picture).")
+TILED_PROMPT = "The prompt every tile is sampled with (encoded once per tile in mode independent, once in shared)."
+TILED_NEGATIVE = "The negative prompt for classifier-free guidance (an empty text is the unconditional prompt, as diffusers)."
+TILE = ("A tile's side in px, a multiple of 16 (one token), 256 to 4096. 1024 is FLUX's and SD3's native size (4096 "
+        "tokens); 512 as in the klein document. An image that fits in one tile is run untiled.")
+OVERLAP = ("The fraction of a tile shared with its neighbour (0 to 0.5, default 0.15): the tiles' images are blended "
+           "with ramp weights over it, so a wider overlap hides seams better and samples more tiles.")
+TILED_MODE = ("independent: each tile sampled on its own by the family's whole pipeline, then blended (all "
+              "families). shared: one sampler over the whole latent that averages the overlapping tiles' predictions "
+              "every step (MultiDiffusion), so neighbours agree while they are sampled; a family the engine cannot "
+              "run shared is refused with a message.")
+TILED_POISSON = ("Mode independent: after the ramp blend, re-solve the tiles' overlaps in the gradient domain (Poisson, "
+                 "each pixel drawn by the tile that weighs most there), so no band shows where one tile fades into "
+                 "the next; only inside the mask. Off: the plain ramp blend. Mode shared refuses it (no seam).")
+TILED_SEED = "The initial noise; every tile uses this seed (the same seed gives the same image)."
+TILED_DENOISE = "Below 1: start each tile from the noised source image and run the last steps only."
+TILED_VAE_FLUX = "The FLUX.1 VAE from Load VAE (kind flux): encodes each tile's masked image and decodes the result."
+TILED_VAE_SD3 = "The SD3 VAE from Load VAE (kind sd3): encodes each tile's masked image and decodes the result."
+TILED_VAE_KLEIN = "The FLUX.2 VAE from Load VAE (kind flux2): encodes each tile's source and decodes the result."

@@ -31,7 +31,8 @@ VIEWPORT = (1600, 1000)
 MIN_FIT_SCALE = 0.40
 # The templates a user edits and runs: readable at fit zoom. Traces and meta workflows are measured too (printed).
 EDIT_TEMPLATES = ["flux_fill_inpaint", "flux_fill_outpaint", "flux_fill_crop_stitch", "sd3_controlnet_inpaint",
-                  "sd3_controlnet_crop_stitch", "klein_inpaint", "klein_edit", "klein_crop_stitch"]
+                  "sd3_controlnet_crop_stitch", "klein_inpaint", "klein_edit", "klein_crop_stitch",
+                  "flux_fill_tiled_inpaint", "klein_tiled_edit"]
 NAMES = sorted(g.name for g in graphs.GRAPHS)
 FIT_SCALES: dict = {}  # name -> scale, printed at the end of the module
 
@@ -121,7 +122,7 @@ def test_fit_view_shows_the_template_readable_with_nodes_in_their_groups(page, n
     assert not cp.errors(), cp.errors()
 
 
-@pytest.mark.parametrize("name", ["flux_fill_inpaint", "klein_inpaint"])
+@pytest.mark.parametrize("name", ["flux_fill_inpaint", "klein_inpaint", "klein_tiled_edit"])
 def test_after_a_run_every_node_stays_inside_its_group(page, name):
     """The real-weight template, queued from the canvas on the tests' tiny stand-ins for its published files: when it
     has run, every FillScope node shows its shapes on its face (web/fillscope.js grows a node to fit them where its

@@ -200,6 +200,7 @@ LAYERS = {
     "fillscope.weights": 1,
     "fillscope.text": 2, "fillscope.vae": 2, "fillscope.masks": 2, "fillscope.lora": 2,
     "fillscope.compositing": 2,
+    "fillscope.vae_tiles": 2,  # tiled VAE encode/decode: memory bounded by one tile (issue 23)
     "fillscope.condition": 3, "fillscope.sampling": 3, "fillscope.decode": 3,
     "fillscope.parallel": 3, "fillscope.speed": 3,
     "fillscope.pipelines": 4,

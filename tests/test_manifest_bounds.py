@@ -146,10 +146,17 @@ MIRRORS = {
     "FillScopeSD3InpaintCondition": bounds.MASK, "FillScopeKleinInpaintCondition": bounds.MASK,
     "FillScopeFluxFillTrace": bounds.TRACE, "FillScopeSD3ControlNetTrace": bounds.TRACE,
     "FillScopeKleinTrace": bounds.TRACE, "FillScopeBatch": bounds.BATCH,
+    # the tiled nodes: the family's sampler table (no step cache: tiles run without one), the mask's, the tiles'
+    "FillScopeFluxFillTiledInpaint": {**{k: v for k, v in bounds.FLUX_FILL.items() if k != "cache_threshold"},
+                                      **bounds.MASK, **bounds.TILED},
+    "FillScopeSD3ControlNetTiledInpaint": {**bounds.SD3_CONTROLNET, **bounds.MASK, **bounds.TILED},
+    "FillScopeKleinTiledInpaint": {**{k: v for k, v in bounds.KLEIN.items() if k != "cache_threshold"},
+                                   **bounds.MASK, **bounds.TILED},
 }
 MENU_NODES = {"FillScopeFluxFillSampler": "flux-fill", "FillScopeKleinSampler": "klein-4b",
               "FillScopeSD3ControlNetInpaintSampler": "sd3-controlnet", "FillScopeFluxFillCondition": "flux-fill",
-              "FillScopeKleinInpaintCondition": "klein-4b"}
+              "FillScopeKleinInpaintCondition": "klein-4b", "FillScopeFluxFillTiledInpaint": "flux-fill",
+              "FillScopeSD3ControlNetTiledInpaint": "sd3-controlnet", "FillScopeKleinTiledInpaint": "klein-4b"}
 
 
 @pytest.mark.skipif(not comfyui_installed(), reason="ComfyUI is not installed (make setup)")

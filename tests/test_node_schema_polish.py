@@ -20,6 +20,7 @@ INPAINT_NODES = {
     "FillScopeSD3InpaintCondition", "FillScopeSD3ControlNetInpaintSampler",
     "FillScopeKleinInpaintCondition", "FillScopeKleinSampler",
     "FillScopeCropForInpaint", "FillScopeStitch", "FillScopePasteBack",
+    "FillScopeFluxFillTiledInpaint", "FillScopeSD3ControlNetTiledInpaint", "FillScopeKleinTiledInpaint",
 }
 
 

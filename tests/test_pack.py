@@ -33,6 +33,7 @@ NODE_IDS = sorted([
     "FillScopeVAEDecode", "FillScopePasteBack",
     "FillScopeSyntheticImageMask", "FillScopeShapesReport",
     "FillScopeFluxFillTrace", "FillScopeSD3ControlNetTrace", "FillScopeKleinTrace",
+    "FillScopeFluxFillTiledInpaint", "FillScopeSD3ControlNetTiledInpaint", "FillScopeKleinTiledInpaint",
     # LoRA (one node per transformer socket type)
     "FillScopeFluxFillLoRA", "FillScopeSD3LoRA", "FillScopeKleinLoRA",
     # compositing (issue 13): crop and stitch, outpaint padding

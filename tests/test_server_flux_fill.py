@@ -131,7 +131,8 @@ def test_committed_workflows_are_the_generated_graphs(server, tmp_path):
     assert sorted(p.name for p in WORKFLOWS.glob("*.json")) == sorted(f"{g.name}.api.json" for g in graphs.GRAPHS)
 
 
-@pytest.mark.parametrize("name", ["flux_fill_inpaint", "sd3_controlnet_inpaint", "klein_inpaint", "klein_edit"])
+@pytest.mark.parametrize("name", ["flux_fill_inpaint", "sd3_controlnet_inpaint", "klein_inpaint", "klein_edit",
+                                  "flux_fill_tiled_inpaint", "klein_tiled_edit"])
 def test_real_weight_workflows_load_the_published_files_and_declare_them(name):
     """Every loader of a real-weight workflow reads a published single file ('<folder>/<file>', no diffusers folder)
     and declares it for the Missing Models dialog as ComfyUI's templates do: properties.models (name, url, directory)
@@ -199,9 +200,10 @@ def test_each_example_has_one_text_box_per_prompt(server):
             spec = {**info[node["type"]]["input"]["required"], **info[node["type"]]["input"].get("optional", {})}
             boxes += [(node["id"], name) for name, opts in graphs.widget_names(info[node["type"]])
                       if spec[name][0] == "STRING" and opts.get("multiline")]
-        negative = any("negative" in n.inputs for n in g.nodes)
+        negative = any("negative" in n.inputs or "negative_prompt" in n.inputs for n in g.nodes)
         assert len(boxes) == 1 + negative, (g.name, boxes)
-        assert len({nid for nid, _ in boxes}) == len(boxes), (g.name, boxes)  # each box on its own node
+        # each box on its own node, but an all-in-one node's own negative_prompt (the klein tiled node)
+        assert len({nid for nid, _ in boxes}) == len([b for b in boxes if b[1] != "negative_prompt"]), (g.name, boxes)
 
 
 @pytest.mark.parametrize("name", [g.name for g in graphs.GRAPHS])  # FLUX and SD3 graphs alike

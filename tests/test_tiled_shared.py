@@ -141,11 +141,11 @@ def test_seam_error_of_shared_and_independent_against_the_untiled_run_is_printed
     assert shared_seam < figures["independent"][0]
 
 
-def test_shared_mode_refuses_other_families_and_options_before_sampling(stack):
+def test_shared_mode_refuses_a_stack_of_another_family_and_options_before_sampling(stack):
     image, mask = picture(96, 160), torch.ones(1, 96, 160)
     shapes, handle = record_transformer_inputs(stack["transformer"])
     try:
-        for family, kw, name in (("sd3-controlnet", {}, "mode"), ("klein", {}, "mode"),
+        for family, kw, name in (("sd3-controlnet", {}, "stack"), ("klein", {}, "stack"),
                                  ("flux-fill", {"step_cache": "first-block"}, "step_cache"),
                                  ("flux-fill", {"parallel": 2}, "parallel"),
                                  ("flux-fill", {"cfg": 4.0}, "cfg")):

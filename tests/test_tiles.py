@@ -1,6 +1,6 @@
-"""Overlapping tiles (issue 23), pixels only (fillscope/compositing/tiles.py): the grid's boxes, the mask's choice
-of tiles, ramp weights that sum to 1, the blend, the seam bands, and CIEDE2000 against Sharma et al.'s published
-test pairs."""
+"""Overlapping tiles (issue 23), pixels only (fillscope/compositing/tiles.py, tile_seams.py): the grid's boxes, the
+mask's choice of tiles, ramp weights that sum to 1, the blend, the seam bands, CIEDE2000 against Sharma et al.'s
+published test pairs, and the Poisson solve of the overlaps (the tiles' own gradients, inside the mask only)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from fillscope import bounds
+from fillscope.compositing.tile_seams import _divergence, overlap_contrast, poisson_seams, tile_guidance
 from fillscope.compositing.tiles import (blend_tiles, ciede2000, ciede2000_lab, plan_tiles, ramp_weights,
                                          seam_bands)
 from fillscope.errors import FillScopeInputError
@@ -189,3 +190,67 @@ def test_ciede2000_of_srgb_is_zero_for_equal_colours_and_large_for_black_and_whi
     rgb = torch.rand(8, 8, 3)
     assert float(ciede2000(rgb, rgb).abs().max()) == 0.0
     assert abs(float(ciede2000(torch.zeros(3), torch.ones(3))) - 100.0) < 1e-3  # L 0 -> 100, neutral
+
+
+# Poisson blending at the seams (fillscope/compositing/tile_seams.py)
+def textured_tiles(height=96, width=160, seed=0):
+    """3x2 tiles of 64 px (overlap 0.25) over a smooth picture, each tile with its own texture (normal, 0.05) and
+    colour offset (up to +-0.03), all within 0.2..0.8 so that no clamp acts: what independent sampling gives. Returns
+    the tiles, their images, ramp weights, the ramp blend and the picture with one texture over it (no seam)."""
+    g = torch.Generator().manual_seed(seed)
+    tiles = plan_tiles(height, width, tile=64, overlap=0.25, tile_range=SMALL)
+    ys = torch.linspace(0, 1, height)[:, None, None]
+    xs = torch.linspace(0, 1, width)[None, :, None]
+    base = 0.35 + 0.3 * torch.cat([xs.expand(height, width, 1), ys.expand(height, width, 1),
+                                   (0.5 * (xs + ys)).expand(height, width, 1)], -1)[None]
+    images = [(base[:, t.box[1]:t.box[3], t.box[0]:t.box[2]]
+               + (0.05 * torch.randn(1, t.height, t.width, 3, generator=g)).clamp(-0.14, 0.14)
+               + 0.06 * (torch.rand(1, 1, 1, 3, generator=g) - 0.5)) for t in tiles]
+    weights = ramp_weights(tiles, height, width)
+    seamless = base + (0.05 * torch.randn(base.shape, generator=g)).clamp(-0.14, 0.14)  # one texture, no tiles
+    return tiles, images, weights, blend_tiles(base, tiles, images, weights), seamless
+
+
+def test_poisson_seams_solves_the_overlaps_with_the_tiles_own_gradients():
+    tiles, images, weights, blended, seamless = textured_tiles()
+    mask = torch.ones(1, 96, 160)
+    solved = poisson_seams(blended, tiles, images, weights, mask)
+    gx, gy, overlap = tile_guidance(blended, tiles, images, weights)
+
+    def foreign(f):  # mean |gradient - guidance| in the overlaps: gradients no tile drew
+        return float(((f[:, :, 1:] - f[:, :, :-1] - gx)[0][overlap[:, 1:]].abs().mean()
+                      + (f[:, 1:] - f[:, :-1] - gy)[0][overlap[1:]].abs().mean()) / 2)
+
+    # the normal equations div(grad f - v) = 0 hold in the overlaps after the default V-cycles (no clamp acted)
+    residual = (_divergence(gx - (solved[:, :, 1:] - solved[:, :, :-1]), gy - (solved[:, 1:] - solved[:, :-1]))
+                [0][overlap].abs().max())
+    ramp_contrast, solved_contrast = (overlap_contrast(f, seamless, tiles, mask)[2] for f in (blended, solved))
+    print(f"\nforeign gradients ramp {foreign(blended):.4f} -> poisson {foreign(solved):.4f}; overlap contrast "
+          f"ramp {ramp_contrast:.3f} -> poisson {solved_contrast:.3f}; max residual {float(residual):.1e}")
+    assert float(residual) < 2e-3  # 0..1 units; the guidance's own steps are ~0.07
+    assert foreign(solved) < 0.25 * foreign(blended)
+    # against one texture of the same statistics: ~1 when one tile's texture is kept per edge; averaging two
+    # independent textures keeps sqrt(w^2 + (1 - w)^2) of the contrast (1/sqrt(2) at the midline)
+    assert ramp_contrast < 0.9 and abs(solved_contrast - 1) < 0.05
+    assert torch.equal(solved[0][overlap.logical_not()], blended[0][overlap.logical_not()])  # margin 0: overlaps only
+
+
+def test_poisson_seams_keeps_pixels_outside_the_mask_and_changes_nothing_with_one_tile():
+    tiles, images, weights, blended, _ = textured_tiles()
+    mask = torch.zeros(1, 96, 160)
+    mask[:, 10:70, 30:120] = 1
+    solved = poisson_seams(blended, tiles, images, weights, mask, margin=4)
+    assert torch.equal(solved[0][mask[0] == 0], blended[0][mask[0] == 0])
+    assert not torch.equal(solved, blended)
+    assert torch.equal(poisson_seams(blended, tiles[:1], images[:1], [torch.ones(64, 64)], mask), blended)
+    assert torch.equal(poisson_seams(blended, tiles, images, weights, torch.zeros(1, 96, 160)), blended)
+
+
+@pytest.mark.parametrize("kw,name", [({"margin": -1}, "margin"), ({"cycles": 0}, "cycles"),
+                                     ({"images": []}, "images"), ({"mask": torch.ones(1, 8, 8)}, "mask")])
+def test_poisson_seams_refuses_bad_input(kw, name):
+    tiles, images, weights, blended, _ = textured_tiles()
+    args = {"blended": blended, "tiles": tiles, "images": images, "weights": weights, "mask": torch.ones(1, 96, 160)}
+    with pytest.raises(FillScopeInputError) as e:
+        poisson_seams(**{**args, **kw})
+    assert e.value.input_name == name

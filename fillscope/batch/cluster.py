@@ -12,8 +12,18 @@ job goes back to the queue, to run again on whichever worker is free first; a jo
 down with it fails alone with that said. A job's own failure (a missing file, a wrong size) is not retried: it is
 the job's line in batch.jsonl, as in-process.
 
+A tiled job in mode independent (tiles.py) is spread: the driver reads its image and mask and plans its tiles, each
+tile is a task of its own for whichever worker is free (its stack resident there after the first), and the driver
+blends the tiles' images and pastes them back when the last is in: the in-process job's PNG, bit for bit. A tile
+whose worker dies runs again elsewhere, as a job does; a tile that fails fails its job.
+
+No wait is unbounded: a task (a job, a rank, a tile) that has not answered `task_timeout_s` after it was sent has
+its worker killed (Ray restarts it) and its job fails as timed out; the workers' start, a group's address and a
+restart are waited for `timeout_s` at most.
+
 Paths in the manifest (models, images, masks) are read by the workers: on a cluster they must name the same files
-on every node (a shared or copied folder); the outputs need no shared folder.
+on every node (a shared or copied folder), and a spread job's image and mask also by the driver; the outputs need
+no shared folder.
 """
 
 from __future__ import annotations
@@ -23,17 +33,22 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from ..errors import FillScopeInputError
 from .manifest import Job
 from .reach import CONNECT_TIMEOUT_S, join, refuse_while_given_up
-from .runner import (LOG, JobOutput, JobResult, ModelCache, _Progress, append_line, pending_jobs, stack_key,
-                     summarise)
+from .runner import (LOG, JobOutput, JobResult, ModelCache, _Progress, append_line, describe_error, pending_jobs,
+                     stack_key, summarise)
+from .tiles import SpreadJob, TileDone, spreads, tile_on_worker
 
 MAX_RESTARTS = 2  # Ray restarts a dead worker this many times before it is given up
 MAX_ATTEMPTS = 3  # workers a job may see die under it before it fails
 RESTARTING = "restarting"  # a worker's state while Ray restarts it
 LOCAL_OBJECT_STORE_BYTES = 512 * 1024**2  # a local cluster's object store: results are PNG bytes, not tensors
+TASK_TIMEOUT_S = 6 * 3600.0  # a job, a rank or a tile that has not answered by then is taken as hung
+WAIT_SLICE_S = 5.0  # the driver's wait for the next answer, between two looks at the deadlines
+KILL_GRACE_S = 60.0  # after a hung task's worker is killed, how long its call may take to fail
 
 
 def import_ray():
@@ -93,6 +108,10 @@ class JobWorker:
         output = compute_job(job, self.cache, key=key)
         output.result.worker = self.where()
         return output
+
+    def run_tile(self, job: Job, key: str, work) -> TileDone:
+        """One tile of a spread job (tiles.tile_on_worker) on this worker's resident stack."""
+        return tile_on_worker(self.cache, job, work, self.where())
 
     def run_rank(self, job: Job, key: str, rank: int, settings: tuple) -> JobOutput | None:
         """The job as `rank` of a group of workers (ray_ranks.run_rank), on this worker's resident stack: rank 0's
@@ -182,18 +201,33 @@ class _Worker:
     resident: OrderedDict = field(default_factory=OrderedDict)  # the driver's mirror of its ModelCache's keys
     busy: object = None  # the _Dispatch it runs, or RESTARTING
     gone: bool = False  # dead for good: given no more jobs
+    deadline: float | None = None  # time.monotonic() by which its call must answer (task_timeout_s, restart)
+
+
+class _Item(NamedTuple):
+    """A queued task: a job (work None), or one tile of a spread job (work: its TileWork, spread: its SpreadJob)."""
+
+    job: Job
+    key: str
+    attempt: int
+    work: object = None
+    spread: SpreadJob | None = None
 
 
 @dataclass
 class _Dispatch:
-    """One job on one worker, or on a group of workers as the ranks of a parallel job (rank 0's output counts)."""
+    """One task on one worker, or a job on a group of workers as the ranks of a parallel job (rank 0's output
+    counts)."""
 
     job: Job
     key: str
     attempt: int
     waiting: int = 0  # ranks not answered yet
-    output: JobOutput | None = None
+    output: object = None  # JobOutput, or TileDone for a tile
     died: BaseException | None = None  # a worker of it died
+    timed_out: bool = False  # it ran past task_timeout_s: its workers were killed
+    work: object = None  # a tile's TileWork
+    spread: SpreadJob | None = None
 
 
 class RayBatch:
@@ -202,16 +236,21 @@ class RayBatch:
 
     Scheduling: a parallel job (`parallel` N > 1) takes N idle workers at once (those holding its stack first) and
     runs on them as the ranks of one process group; while it waits for N, idle workers wait with it rather than
-    start other jobs (which would starve it). Any other job goes to the first idle worker, preferring one whose
-    stack it holds (runner.stack_key)."""
+    start other jobs (which would starve it). A tiled job in mode independent (tiles.spreads) is planned when a
+    worker first takes it, and its tiles are queued in its place: each is a task of its own, so the job's tiles
+    spread over the idle workers. Any other task goes to the first idle worker, preferring one whose stack it holds
+    (runner.stack_key). Every wait has a limit: a task that has not answered after `task_timeout_s` has its
+    worker(s) killed (Ray restarts them) and its job fails saying so; a restart that does not answer within
+    `timeout_s` gives the worker up."""
 
     def __init__(self, ray, specs: list[WorkerSpec], out_dir: Path, *, max_resident: int = 1, progress: bool = True,
-                 on_result=None, max_attempts: int = MAX_ATTEMPTS, timeout_s: float = 600.0):
+                 on_result=None, max_attempts: int = MAX_ATTEMPTS, timeout_s: float = 600.0,
+                 task_timeout_s: float = TASK_TIMEOUT_S):
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         self.ray, self.out_dir, self.log = ray, Path(out_dir), Path(out_dir) / LOG
         self.max_resident, self.progress, self.on_result = max_resident, progress, on_result
-        self.max_attempts, self.timeout_s = max_attempts, timeout_s
+        self.max_attempts, self.timeout_s, self.task_timeout_s = max_attempts, timeout_s, task_timeout_s
         remote = ray.remote(JobWorker)
         self.workers = []
         for spec in specs:
@@ -221,6 +260,8 @@ class RayBatch:
             self.workers.append(_Worker(handle, spec))
         self.pids = {}  # id(worker) -> pid, learnt when it first answers
         self.stack_keys: dict = {}  # job id -> runner.stack_key, once a job (the queue is scanned every dispatch)
+        self.results: list[JobResult] = []
+        self.total, self.bar = 0, None
 
     def start(self) -> None:
         """Waits until every worker has started (imports done), so the first jobs do not time the start-up."""
@@ -234,9 +275,9 @@ class RayBatch:
     # --- choosing -------------------------------------------------------------------------------------------------
 
     def _choose(self, worker: _Worker, queue: list) -> int | None:
-        """Which queued single job this idle worker takes: one whose stack it holds, else one of the stack with the
-        most queued jobs for each worker holding it (a new stack spreads to a second worker once it has many)."""
-        keys = {i: self.stack_keys[item[0].id] for i, item in enumerate(queue) if item[0].parallel == 1}
+        """Which queued single task this idle worker takes: one whose stack it holds, else one of the stack with the
+        most queued tasks for each worker holding it (a new stack spreads to a second worker once it has many)."""
+        keys = {i: self.stack_keys[item.job.id] for i, item in enumerate(queue) if item.job.parallel == 1}
         if not keys:
             return None
         for i, k in keys.items():
@@ -267,19 +308,36 @@ class RayBatch:
 
     # --- dispatching ----------------------------------------------------------------------------------------------
 
-    def _dispatch(self, item: tuple, workers: list, inflight: dict) -> None:
-        job, key, attempt = item
-        d = _Dispatch(job, key, attempt, waiting=len(workers))
-        if len(workers) == 1:
+    def _dispatch(self, item: _Item, workers: list, inflight: dict) -> None:
+        job, key, attempt = item.job, item.key, item.attempt
+        d = _Dispatch(job, key, attempt, waiting=len(workers), work=item.work, spread=item.spread)
+        if item.work is not None:
+            refs = [workers[0].handle.run_tile.remote(job, key, item.work)]
+        elif len(workers) == 1:
             refs = [workers[0].handle.run.remote(job, key)]
         else:
             address, port = self.ray.get(workers[0].handle.address.remote(), timeout=self.timeout_s)
             settings = (len(workers), address, port, "nccl" if workers[0].spec.gpus else "gloo", self.timeout_s)
             refs = [w.handle.run_rank.remote(job, key, rank, settings) for rank, w in enumerate(workers)]
+        deadline = time.monotonic() + self.task_timeout_s
         for w, ref in zip(workers, refs):
-            w.busy = d
+            w.busy, w.deadline = d, deadline
             self._mark_resident(w, job)
             inflight[ref] = w
+
+    def _expand(self, item: _Item) -> list:
+        """A spread job's queue items, one a tile (planned here, now); none when it finished without a tile task (its
+        image or mask could not be read, or no tile meets its mask)."""
+        spread = SpreadJob(item.job, item.key)
+        try:
+            works = spread.make_plan()
+        except Exception as e:  # noqa: BLE001  (the job fails alone, as compute_job's failures do)
+            spread.fail(describe_error(e))
+            works = []
+        if not works:
+            spread.closed = True
+            self._finish(spread.output(), item.attempt)
+        return [_Item(item.job, item.key, item.attempt, work, spread) for work in works]
 
     def _schedule(self, queue: list, inflight: dict) -> list:
         """Gives idle workers work; returns the queued items that can never run (a parallel job wanting more
@@ -288,13 +346,13 @@ class RayBatch:
         alive = sum(not w.gone for w in self.workers)
         impossible, waiting = [], False
         for item in list(queue):
-            if item[0].parallel == 1:
+            if item.job.parallel == 1:
                 continue
-            if item[0].parallel > alive:
+            if item.job.parallel > alive:
                 queue.remove(item)
                 impossible.append(item)
                 continue
-            group = self._group_for(item[0], idle)
+            group = self._group_for(item.job, idle)
             if group is None:
                 waiting = True
                 break
@@ -303,83 +361,156 @@ class RayBatch:
             idle = [w for w in idle if w not in group]
         if not waiting:
             for w in idle:
-                i = self._choose(w, queue)
-                if i is not None:
+                while (i := self._choose(w, queue)) is not None:
+                    if queue[i].work is None and spreads(queue[i].job):
+                        queue[i:i + 1] = self._expand(queue[i])
+                        continue
                     self._dispatch(queue.pop(i), [w], inflight)
+                    break
         return impossible
 
     # --- the loop -------------------------------------------------------------------------------------------------
 
     def run(self, todo: list[tuple[Job, str]]) -> list[JobResult]:
-        from ray.exceptions import RayError, RayTaskError
+        from ray.exceptions import GetTimeoutError, RayError, RayTaskError
 
-        queue = [(job, key, 1) for job, key in todo]
+        queue = [_Item(job, key, 1) for job, key in todo]
         self.stack_keys = {job.id: stack_key(job) for job, _ in todo}
         inflight: dict = {}  # object ref -> worker
-        results: list[JobResult] = []
-        bar = _Progress(len(todo), self.progress)
-
-        def fail(job, key, attempt, error):
-            output = JobOutput(JobResult(job.id, key, "error", 0.0, error=error, attempts=attempt), {})
-            results.append(self._finish(output, bar, len(todo), len(results) + 1))
-
+        self.results, self.total = [], len(todo)
+        self.bar = _Progress(len(todo), self.progress)
         try:
-            while queue or inflight:
-                for job, key, attempt in self._schedule(queue, inflight):
+            while queue or self._working(inflight):
+                for item in self._schedule(queue, inflight):
                     alive = sum(not w.gone for w in self.workers)
-                    fail(job, key, attempt, f"parallel is {job.parallel} and {alive} Ray worker(s) are alive; "
-                         f"a parallel job runs on that many workers at once. Fix: start more workers (--workers, "
-                         f"GPUs) or lower parallel.")
+                    self._fail(item, f"parallel is {item.job.parallel} and {alive} Ray worker(s) are alive; a "
+                               f"parallel job runs on that many workers at once. Fix: start more workers (--workers, "
+                               f"GPUs) or lower parallel.", queue)
                 if not inflight:  # every worker gone
-                    for job, key, attempt in queue:
-                        fail(job, key, attempt, "every Ray worker died (see the errors above); nothing ran this job")
+                    for item in list(queue):
+                        self._fail(item, "every Ray worker died (see the errors above); nothing ran this job", queue)
                     break
-                ready, _ = self.ray.wait(list(inflight), num_returns=1)
+                ready, _ = self.ray.wait(list(inflight), num_returns=1,
+                                         timeout=min(WAIT_SLICE_S, self.task_timeout_s))
+                if not ready:
+                    self._expire(inflight, queue)
+                    continue
                 ref = ready[0]
                 w = inflight.pop(ref)
-                d, w.busy = w.busy, None
+                d, w.busy, w.deadline = w.busy, None, None
                 if d == RESTARTING:
                     try:
-                        self.pids[id(w)] = self.ray.get(ref)  # back, with a new process and an empty cache
-                    except RayError:
+                        self.pids[id(w)] = self.ray.get(ref, timeout=self.timeout_s)  # back, new process, no cache
+                    except (RayError, GetTimeoutError):
                         w.gone = True  # its restarts are used up (or its node is lost)
                     continue
-                d.waiting -= 1
                 try:
-                    output = self.ray.get(ref)
-                    if output is not None:  # a single job, or rank 0 of a group
+                    output = self.ray.get(ref, timeout=self.timeout_s)  # ready: it answers at once
+                    if output is not None:  # a single job or a tile, or rank 0 of a group
                         d.output = output
-                except RayTaskError as e:  # raised inside the worker outside the job (compute_job returns its own)
-                    d.output = JobOutput(JobResult(d.job.id, d.key, "error", 0.0, error=str(e)[:2000]), {})
-                except RayError as e:  # the worker died under the job
+                except RayTaskError as e:  # raised inside the worker outside the task (which returns its own)
+                    d.output = self._task_error(d, str(e)[:2000])
+                except (RayError, GetTimeoutError) as e:  # the worker died under the task
                     d.died = e
-                    w.resident.clear()
-                    self.pids.pop(id(w), None)
-                    # no job for it until Ray has restarted it: a call while it restarts fails at once, while this
-                    # one (retried until it is back, or its restarts are used up) answers when it is ready
-                    w.busy = RESTARTING
-                    inflight[w.handle.pid.options(max_task_retries=-1).remote()] = w
-                if d.waiting:
-                    continue
-                if d.died is not None:  # the job goes back to the queue, to the first free worker(s)
-                    if d.attempt < self.max_attempts:
-                        queue.insert(0, (d.job, d.key, d.attempt + 1))
-                    else:
-                        fail(d.job, d.key, d.attempt, f"{d.attempt} times a Ray worker died running this job (the "
-                             f"last: {type(d.died).__name__}); it is not tried again")
-                    continue
-                d.output.result.attempts = d.attempt
-                results.append(self._finish(d.output, bar, len(todo), len(results) + 1))
+                    self._restart(w, inflight)
+                self._settle(d, w, queue)
         finally:
-            bar.close()
-        return results
+            self.bar.close()
+        return self.results
 
-    def _finish(self, output: JobOutput, bar, total: int, done: int) -> JobResult:
+    @staticmethod
+    def _working(inflight: dict) -> bool:
+        """Whether a call in flight still counts: workers restarting, or running tiles of a job already finished
+        (another tile of it failed), are not waited for once nothing else is left."""
+        return any(isinstance(w.busy, _Dispatch) and not (w.busy.spread is not None and w.busy.spread.closed)
+                   for w in inflight.values())
+
+    def _task_error(self, d: _Dispatch, error: str):
+        if d.work is not None:
+            return TileDone(d.work.tile.index, None, error=error)
+        return JobOutput(JobResult(d.job.id, d.key, "error", 0.0, error=error), {})
+
+    def _restart(self, w: _Worker, inflight: dict) -> None:
+        """No task for a worker that died until Ray has restarted it: a call while it restarts fails at once, while
+        this one (retried until it is back, or its restarts are used up) answers when it is ready."""
+        w.resident.clear()
+        self.pids.pop(id(w), None)
+        w.busy, w.deadline = RESTARTING, time.monotonic() + self.timeout_s
+        inflight[w.handle.pid.options(max_task_retries=-1).remote()] = w
+
+    def _settle(self, d: _Dispatch, w: _Worker, queue: list) -> None:
+        """One of a task's workers has answered (or died, or was given up): once all have, its job goes on."""
+        d.waiting -= 1
+        if d.waiting or (d.spread is not None and d.spread.closed):
+            return  # a group still running, or a tile of a job already finished (another tile of it failed)
+        item = _Item(d.job, d.key, d.attempt, d.work, d.spread)
+        if d.timed_out:
+            return self._fail(item, f"ran past the task timeout ({self.task_timeout_s:g} s) on a Ray worker, which "
+                                    "was restarted; it is not tried again", queue)
+        if d.died is not None:  # the task goes back to the queue, to the first free worker(s)
+            if d.attempt < self.max_attempts:
+                queue.insert(0, item._replace(attempt=d.attempt + 1))
+                if d.spread is not None:
+                    d.spread.attempts = max(d.spread.attempts, d.attempt + 1)
+            else:
+                self._fail(item, f"{d.attempt} times a Ray worker died running this job (the last: "
+                                 f"{type(d.died).__name__}); it is not tried again", queue)
+            return
+        if d.spread is not None:
+            d.spread.add(d.output)
+            if d.spread.error is not None or d.spread.complete():
+                self._close(d.spread, queue)
+            return
+        d.output.result.attempts = d.attempt
+        self._finish(d.output, d.attempt)
+
+    def _close(self, spread: SpreadJob, queue: list) -> None:
+        """A spread job's last tile is back, or one failed: its queued tiles dropped (those still running are
+        dropped when they answer), the job blended here and finished, once."""
+        queue[:] = [item for item in queue if item.spread is not spread]
+        spread.closed = True
+        self._finish(spread.output(), spread.attempts)
+
+    def _fail(self, item: _Item, error: str, queue: list) -> None:
+        if item.spread is not None:
+            if not item.spread.closed:
+                item.spread.fail(error if item.work is None else f"tile {item.work.tile.index}: {error}")
+                self._close(item.spread, queue)
+            return
+        self._finish(JobOutput(JobResult(item.job.id, item.key, "error", 0.0, error=error), {}), item.attempt)
+
+    def _expire(self, inflight: dict, queue: list) -> None:
+        """Calls past their deadline: a task's workers are killed (Ray restarts them, their calls then fail and the
+        job fails as timed out); a call that still has not answered a grace period after that, or a restart that did
+        not come back, is given up with its worker."""
+        now = time.monotonic()
+        for ref, w in list(inflight.items()):
+            if w.deadline is None or now < w.deadline:
+                continue
+            if w.busy == RESTARTING or (isinstance(w.busy, _Dispatch) and w.busy.timed_out):
+                inflight.pop(ref)
+                d, w.busy, w.deadline, w.gone = w.busy, None, None, True
+                if d != RESTARTING:
+                    self._settle(d, w, queue)
+                continue
+            d = w.busy
+            d.timed_out = True
+            for other in self.workers:
+                if other.busy is d:
+                    other.deadline = now + KILL_GRACE_S
+                    try:
+                        self.ray.kill(other.handle, no_restart=False)
+                    except Exception:  # noqa: BLE001  (already gone)
+                        pass
+
+    def _finish(self, output: JobOutput, attempt: int = 1) -> JobResult:
+        output.result.attempts = attempt
         result = output.write(self.out_dir)
         append_line(self.log, result.line())
-        bar.update(result)
+        self.results.append(result)
+        self.bar.update(result)
         if self.on_result is not None:
-            self.on_result(result, done, total)
+            self.on_result(result, len(self.results), self.total)
         return result
 
     def shutdown(self) -> None:
@@ -393,11 +524,13 @@ class RayBatch:
 def run_batch_on_ray(jobs: list[Job], out_dir, *, address: str = "local", workers: int = 1, device: str = "auto",
                      max_resident: int = 1, progress: bool = True, on_result=None,
                      max_attempts: int = MAX_ATTEMPTS, started=None, runtime_env: dict | None = None,
-                     connect_timeout: float = CONNECT_TIMEOUT_S, check_cancel=None) -> dict:
+                     connect_timeout: float = CONNECT_TIMEOUT_S, check_cancel=None,
+                     task_timeout_s: float = TASK_TIMEOUT_S) -> dict:
     """Every job not finished before, on Ray workers (module docstring); the same summary as runner.run_batch.
     `address`: "local" (a cluster on this machine, stopped afterwards) or a cluster's address; `workers`: CPU
     workers per node without GPUs. `started(batch)` is called once the workers are up (tests use it to find the
-    workers' processes); `runtime_env`, `connect_timeout` (seconds), `check_cancel`: for connect."""
+    workers' processes); `runtime_env`, `connect_timeout` (seconds), `check_cancel`: for connect; `task_timeout_s`:
+    how long one task (a job, or one tile of a spread job) may run before its worker is taken as hung."""
     start = time.perf_counter()
     ray = import_ray()
     out_dir = Path(out_dir)
@@ -410,7 +543,7 @@ def run_batch_on_ray(jobs: list[Job], out_dir, *, address: str = "local", worker
     try:
         specs = plan_workers(ray.nodes(), workers, device)
         batch = RayBatch(ray, specs, out_dir, max_resident=max_resident, progress=progress, on_result=on_result,
-                         max_attempts=max_attempts)
+                         max_attempts=max_attempts, task_timeout_s=task_timeout_s)
         batch.start()
         if started is not None:
             started(batch)

@@ -6,7 +6,8 @@
 
 Required: id, family (FAMILIES), models, image, mask, prompt, seed, steps, dtype. Optional: negative (the families
 that take one), parallel (ranks for the one image: 1, 2, 4, 8; SD3 1 or 2), tokenizers ({"clip", "t5"} or
-{"qwen"}: folders for weights that bring none), and any sampler or mask option by its node input name
+{"qwen"}: folders for weights that bring none), tiles ({"tile", "overlap", "mode", "poisson"}: the image by
+overlapping tiles, fillscope/tiled; TILE_DEFAULTS, bounds.TILED), and any sampler or mask option by its node input name
 (`valid_options`: the keyword names of the family's `run` and the mask options of masks.prepare_image_and_mask).
 `models`: a diffusers folder, a single file, "placeholder" or "meta" for every component, or an object naming each
 component's source (keys: the pipeline's COMPONENTS; "default" for the components not named). `mask`: a greyscale
@@ -30,7 +31,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..bounds import MASK, SAMPLERS, SEED, STEPS, number_problem, path_problem, text_problem
+from ..bounds import MASK, SAMPLERS, SEED, STEPS, TILED, number_problem, path_problem, text_problem
 from ..compositing.removal import MASKED_FILLS
 from ..errors import FillScopeInputError
 from ..masks import SIZE_MODES, prepare_image_and_mask
@@ -40,6 +41,9 @@ from ..pipelines import PIPELINES
 from ..pipelines.klein import MODEL_TYPES, TOKEN_MASKS
 from ..pipelines.sd3_controlnet import RESIDUAL_MAPPINGS
 from ..speed import KLEIN_STEP_CACHES, STEP_CACHES
+from ..tiled import MODES as TILE_MODES
+from ..tiled import SHARED as SHARED_TILED
+from ..tiled import run_tiled
 from ..trace.records import json_depth
 
 SCHEMA = "fillscope.batch/1"
@@ -64,7 +68,13 @@ STEP_CACHE_MENUS = {"flux-fill": STEP_CACHES, "klein-4b": KLEIN_STEP_CACHES, "kl
 SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 MAX_SHOWN = 20  # problems listed in one ManifestError
 MAX_FINGERPRINT_FILES = 20000
-MAX_LINE_DEPTH = 8  # a job line is an object holding objects (models, tokenizers): 2 deep
+MAX_LINE_DEPTH = 8  # a job line is an object holding objects (models, tokenizers, tiles): 2 deep
+# a job's `tiles` (run_tiled's settings): the keys it may hold, with the defaults of those it leaves out
+TILE_DEFAULTS = {"tile": 1024, "overlap": 0.15, "mode": "independent", "poisson": False}
+TILE_PX = 16  # a tile's side is a multiple of one token (compositing/tiles.TOKEN_PX)
+# options a tiled job may not set: whole-image tensors a tile would get at the wrong size, a crop mode that leaves
+# pixels no tile samples (run_tiled refuses them too)
+NOT_TILED = ("soft_mask", "size_mode")
 
 
 @dataclass
@@ -84,6 +94,7 @@ class Job:
     negative: str | None = None
     tokenizers: dict = field(default_factory=dict)  # "clip" / "t5" / "qwen" -> folder
     parallel: int = 1  # ranks for this one image (Ulysses for FLUX Fill / klein, CFG parallel for SD3)
+    tiles: dict | None = None  # run_tiled's tile, overlap, mode, poisson (TILE_DEFAULTS filled in); None: untiled
     options: dict = field(default_factory=dict)  # node input name -> value (file options resolved)
     line: dict = field(default_factory=dict)
     line_number: int = 0
@@ -218,6 +229,75 @@ def _tokenizers(family: str, value, base: Path, add) -> dict:
     return {k: resolve_path(v, base) for k, v in value.items() if k in keys}
 
 
+def runs_poisson() -> bool:
+    """Whether run_tiled takes `poisson` (Poisson blending of the tiles' seams) in this version."""
+    return "poisson" in inspect.signature(run_tiled).parameters
+
+
+def _tiles(family: str, value, add) -> dict | None:
+    """A job's `tiles` checked (bounds.TILED, as the tiled nodes' inputs) and completed with TILE_DEFAULTS."""
+    fix = ('give an object like {"tile": 1024, "overlap": 0.15, "mode": "independent", "poisson": false} '
+           "(every key optional).")
+    if not isinstance(value, dict):
+        add("tiles", f"is {_shown(value)}, not an object.", fix)
+        return None
+    ok = True
+    for name in sorted(set(value) - set(TILE_DEFAULTS)):
+        add(f"tiles.{name}", "is no tile setting.", f"use only {', '.join(TILE_DEFAULTS)}.")
+        ok = False
+    tiles = {**TILE_DEFAULTS, **value}
+    why = number_problem(tiles["tile"], TILED["tile"])
+    if why:
+        add("tiles.tile", f"is {_shown(tiles['tile'])}; it {why}.",
+            f"give a tile side in px from {TILED['tile']}, a multiple of {TILE_PX} (1024: FLUX's native size).")
+        ok = False
+    elif tiles["tile"] % TILE_PX:
+        side = tiles["tile"]
+        add("tiles.tile", f"is {side} px, not a multiple of {TILE_PX} px (one token).",
+            f"use {max(TILED['tile'].min, side // TILE_PX * TILE_PX)} or {-(-side // TILE_PX) * TILE_PX}.")
+        ok = False
+    why = number_problem(tiles["overlap"], TILED["overlap"])
+    if why:
+        add("tiles.overlap", f"is {_shown(tiles['overlap'])}; it {why}.",
+            f"give the fraction of a tile shared with its neighbour, from {TILED['overlap']} (0.15 by default).")
+        ok = False
+    if tiles["mode"] not in TILE_MODES:
+        add("tiles.mode", f"is {_shown(tiles['mode'])}.", f"use one of {', '.join(TILE_MODES)}.")
+        ok = False
+    elif tiles["mode"] == "shared" and PIPELINES[FAMILIES[family]] not in SHARED_TILED:
+        shared = ", ".join(f for f, name in FAMILIES.items() if PIPELINES[name] in SHARED_TILED)
+        add("tiles.mode", f"is shared, which is built for {shared} only.", f'use "independent" for {family}.')
+        ok = False
+    if not isinstance(tiles["poisson"], bool):
+        add("tiles.poisson", f"is {_shown(tiles['poisson'])}; it must be true or false.", "give true or false.")
+        ok = False
+    elif tiles["poisson"] and not runs_poisson():
+        add("tiles.poisson", "is true, and this FillScope's tiled run has no Poisson blending.",
+            "leave poisson false (ramp-weighted blending).")
+        ok = False
+    elif tiles["poisson"] and tiles["mode"] == "shared":
+        add("tiles.poisson", "is true in mode shared, which averages the windows every step: there is no tile seam "
+                             "to solve.", 'leave poisson false in mode shared, or use mode "independent".')
+        ok = False
+    if not ok:
+        return None
+    if isinstance(tiles["overlap"], int):
+        tiles["overlap"] = float(tiles["overlap"])
+    return tiles
+
+
+def _tiled_options(job: Job, add) -> None:
+    """What a tiled job may not combine with its tiles: parallel ranks and the options run_tiled refuses (the family
+    options a mode shared takes are its run_shared's to check: the job fails alone when it runs)."""
+    if job.parallel > 1:
+        add("parallel", f"is {job.parallel}; a tiled job runs each tile in one process.",
+            "remove parallel, or remove tiles (on Ray the tiles of a job spread over the workers instead).")
+    for name in NOT_TILED:
+        if name in job.options and not (name == "size_mode" and job.options[name] == "pad"):
+            add(name, f"is {_shown(job.options[name])}; a tiled job takes no {name} (each tile would need its own).",
+                f"remove {name} from this job, or remove tiles.")
+
+
 def job_from_line(obj: dict, line: int = 0, base: Path | str = ".") -> tuple[Job, list[FillScopeInputError]]:
     """A Job from one parsed line, and the problems of that job (empty when it can run). The id is assumed
     checked (read_manifest does it)."""
@@ -273,7 +353,7 @@ def job_from_line(obj: dict, line: int = 0, base: Path | str = ".") -> tuple[Job
     if "tokenizers" in obj:
         job.tokenizers = _tokenizers(family, obj["tokenizers"], base, add)
     options, bounds = valid_options(family), option_bounds(family)
-    for name in sorted(set(obj) - set(REQUIRED) - {"negative", "tokenizers", "parallel"}):
+    for name in sorted(set(obj) - set(REQUIRED) - {"negative", "tokenizers", "parallel", "tiles"}):
         if name not in options:
             add(name, f"is no option of {family}.", f"use one of: {', '.join(sorted(options))}.")
             continue
@@ -298,6 +378,10 @@ def job_from_line(obj: dict, line: int = 0, base: Path | str = ".") -> tuple[Job
         elif isinstance(options[name], float) and isinstance(value, int):
             value = float(value)  # 30 where the default is 30.0: the node would pass a float
         job.options[name] = value
+    if "tiles" in obj:
+        job.tiles = _tiles(family, obj["tiles"], add)
+        if job.tiles is not None:
+            _tiled_options(job, add)
     return job, problems
 
 

@@ -44,6 +44,7 @@ class JobResult:
     shapes: str | None = None
     worker: str | None = None  # where it ran, on Ray ("node <id8> pid <pid>"); None in this process
     attempts: int = 1  # on Ray: >1 when a worker died under it and it ran again elsewhere
+    tiles: list | None = None  # a tiled job's tile records (TiledResult.records; on Ray spread: + "worker")
 
     def line(self) -> dict:
         """The job's line in batch.jsonl."""
@@ -53,6 +54,8 @@ class JobResult:
             line["worker"] = self.worker
         if self.attempts != 1:
             line["attempts"] = self.attempts
+        if self.tiles is not None:
+            line["tiles"] = self.tiles
         return line
 
 
@@ -267,14 +270,9 @@ def _compute_on_local_ranks(job: Job, device: str, key: str) -> JobOutput:
     return run_on_ranks(compute_on_rank, job.parallel, job, key, "cpu")
 
 
-def _compute(job: Job, cache: ModelCache, key: str, start: float, parallel: int = 1) -> JobOutput:
-    rec = ShapeRecorder("batch", f"{job.family} job {job.id}", table=TABLES[job.family])
-    image, _ = load_image(job.image)
-    mask = load_mask(job.mask, job.image)
-    rec.tensor("image", image, "input")
-    rec.tensor("mask", mask, "input")
-    mask_kw = {engine: job.options[name] for name, (engine, _) in mask_options().items() if name in job.options}
-    prepared = prepare_image_and_mask(image, mask, **mask_kw)
+def family_options(job: Job) -> dict:
+    """The job's keywords for its family's `run`: its sampler options (reference and soft_mask read from their
+    files) and, for a family that takes one, the negative prompt."""
     run_kw = {k: v for k, v in job.options.items() if k in sampler_options(job.family)}
     if "soft_mask" in run_kw:
         run_kw["soft_mask"] = load_mask(run_kw["soft_mask"], job.image, "soft_mask")
@@ -282,6 +280,77 @@ def _compute(job: Job, cache: ModelCache, key: str, start: float, parallel: int 
         run_kw["reference"] = load_image(run_kw["reference"], "reference")[0]
     if job.pipeline.TAKES_NEGATIVE_PROMPT:
         run_kw["negative_prompt"] = job.negative or ""
+    return run_kw
+
+
+def tile_mask_options(job: Job) -> dict:
+    """A tiled job's mask options by run_tiled's names (invert, threshold, grow, feather, masked_fill); size_mode
+    is always pad there (the manifest refuses any other)."""
+    return {engine: job.options[name] for name, (engine, _) in mask_options().items()
+            if name in job.options and engine != "size_mode"}
+
+
+def job_record(job: Job, title_suffix: str = "") -> ShapeRecorder:
+    return ShapeRecorder("batch", f"{job.family} job {job.id}{title_suffix}", table=TABLES[job.family])
+
+
+def tiled_output(job: Job, key: str, rec: ShapeRecorder, result, start: float) -> JobOutput:
+    """A tiled job's files from its TiledResult: the PNG, and the shape record with the tile settings and records
+    under "tiles"; the records also in the job's result (its batch.jsonl line)."""
+    rec.tensor("image", result.image)
+    settings = dict(job.tiles)
+    rec.fact("tiles", f"{len(result.tiles)} tile(s) of {settings['tile']} px, overlap {settings['overlap']:g}, "
+                      f"mode {settings['mode']}" + (", Poisson blending" if settings["poisson"] else ""))
+    for note in result.notes:
+        rec.note(note)
+    for warning in result.warnings:
+        rec.warn(warning)
+    if not result.tiles:
+        rec.warn("mask is empty: the source image is returned unchanged")
+    record = rec.finish()
+    png = png_bytes(result.image[0], {"fillscope_job": json.dumps(job.line), "fillscope_key": key})
+    seconds = time.perf_counter() - start
+    document = shapes_document(record, [])
+    records = [{**r, "box": list(r["box"])} for r in result.records]
+    document["tiles"] = {**settings, "records": records}
+    document["job"] = {"id": job.id, "family": job.family, "key": key, "seconds": round(seconds, 3),
+                       "manifest_line": job.line_number}
+    shapes = json.dumps(document, indent=1, default=str).encode("utf-8")
+    return JobOutput(JobResult(job.id, key, "ok", seconds, tiles=records),
+                     {f"{job.id}.png": png, f"{job.id}.shapes.json": shapes})
+
+
+def _compute_tiled(job: Job, cache: ModelCache, key: str, start: float) -> JobOutput:
+    """A job with `tiles`: run_tiled on the whole image (its mask prepared there, once), in this process."""
+    from ..tiled import run_tiled
+
+    rec = job_record(job)
+    image, _ = load_image(job.image)
+    mask = load_mask(job.mask, job.image)
+    rec.tensor("image", image, "input")
+    rec.tensor("mask", mask, "input")
+    run_kw = family_options(job)
+    stack, load_s = cache.stack(job)
+    rec.fact("stack", f"loaded in {load_s:.2f} s" if load_s else "resident")
+    tiles = job.tiles
+    extra = {"poisson": True} if tiles["poisson"] else {}  # run_tiled's default otherwise (older ones have none)
+    result = run_tiled(job.pipeline.FAMILY, stack, job.prompt, image, mask, tile=tiles["tile"],
+                       overlap=tiles["overlap"], mode=tiles["mode"], seed=job.seed, steps=job.steps,
+                       observe=rec.observe, mask_options=tile_mask_options(job), **extra, **run_kw)
+    return tiled_output(job, key, rec, result, start)
+
+
+def _compute(job: Job, cache: ModelCache, key: str, start: float, parallel: int = 1) -> JobOutput:
+    if job.tiles is not None:
+        return _compute_tiled(job, cache, key, start)
+    rec = job_record(job)
+    image, _ = load_image(job.image)
+    mask = load_mask(job.mask, job.image)
+    rec.tensor("image", image, "input")
+    rec.tensor("mask", mask, "input")
+    mask_kw = {engine: job.options[name] for name, (engine, _) in mask_options().items() if name in job.options}
+    prepared = prepare_image_and_mask(image, mask, **mask_kw)
+    run_kw = family_options(job)
     rec.geometry(prepared.geometry)
     for note in prepared.notes:
         rec.note(note)

@@ -232,10 +232,12 @@ def sample_flux_fill(
     parallel: int = 1,
     step_cache: str = "off",
     cache_threshold: float | None = None,
+    schedule_tokens: int | None = None,
 ) -> SampledLatent:
     """Step 3. Flow-matching Euler over FLUX Fill. `callback(step, total)` runs after every step (ComfyUI's progress
     bar raises from it on interrupt). `noise` overrides the seeded initial noise [B,C,h,w] (C = 16 for the FLUX
-    VAE).
+    VAE). `schedule_tokens`: the token count the resolution shift mu is computed from (default: this latent's); tiled
+    mode shared gives its largest window's, the image size the transformer sees.
 
     `soft_mask` (ComfyUI MASK, 1 = repaint; None = plain FLUX Fill, the model's mask condition alone): differential
     diffusion (sampling.py has the formula). The mask goes to the latent grid [B,1,H/8,W/8] (an area average per
@@ -282,8 +284,11 @@ def sample_flux_fill(
         return SampledLatent(cond.masked_latents, cond.prepared, "flux", unchanged=True, info={"skipped": "empty mask"})
 
     sched = flux_scheduler_config()
+    # tiled shared mode: the resolution shift of the windows the transformer sees, not of the whole grid (at
+    # 98,304 tokens, 6144x4096, mu ~17 would keep every sigma but the last at 1)
+    shift_tokens = n_tokens if schedule_tokens is None else int(schedule_tokens)
     mu = flux_dynamic_mu(
-        n_tokens, sched["base_image_seq_len"], sched["max_image_seq_len"], sched["base_shift"], sched["max_shift"]
+        shift_tokens, sched["base_image_seq_len"], sched["max_image_seq_len"], sched["base_shift"], sched["max_shift"]
     )
     c = cond.latent_channels  # = the transformer's out_channels / 4 (check_widths)
     sigmas, noise, latents = starting_point(cond, flux_sigmas(steps, mu), steps, denoise, (b, c, lh, lw), seed,
@@ -342,7 +347,7 @@ def sample_flux_fill(
     out = unpack_latents(x, lh, lw)  # [B,16,h,w]
     observe("latent.unpacked", out)
     info = {"steps_run": run_steps, "mu": mu, "sigma_start": float(sigmas[0]), "sigma_last_step": float(sigmas[-2]),
-            "tokens": n_tokens, **shift_range_facts(n_tokens, sched)}
+            "tokens": n_tokens, **shift_range_facts(shift_tokens, sched)}
     if soft is not None:
         info["differential_diffusion"] = soft_facts
     if parallel != 1:

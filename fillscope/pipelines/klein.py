@@ -327,11 +327,13 @@ def sample_klein(transformer: Component | ExternalDenoiser, text: KleinText, con
                  steps: int = DISTILLED_STEPS, guidance: float = BASE_GUIDANCE, distilled: bool = True,
                  negative: KleinText | None = None, strength: float = 1.0, seed: int = 0, callback=None, noise=None,
                  observe=None, soft_mask=None, parallel: int = 1, step_cache: str = "off",
-                 cache_threshold: float | None = None) -> SampledLatent:
+                 cache_threshold: float | None = None, schedule_tokens: int | None = None) -> SampledLatent:
     """Step 3. Flow-matching Euler. Distilled models: one transformer call a step, guidance ignored. Base models
     with guidance > 1: classifier-free guidance against `negative` (the encoded "" unless given). `strength` < 1
     starts from the source noised to the first kept sigma (inpaint only). `noise` overrides the seeded [B,C,h,w] draw
     (C = in_channels, 128 published); `callback(step, total)` runs after every step (ComfyUI's progress bar raises).
+    `schedule_tokens`: the token count mu is computed from (default: this latent's); tiled mode shared gives its
+    largest window's, the image size the transformer sees.
 
     `soft_mask` (ComfyUI MASK, 1 = repaint; inpaint only): differential diffusion (sampling.py has the formula) on
     the token grid [B,1,H/16,W/16]: each step's re-blend keeps the tokens below the schedule's position (the source
@@ -397,7 +399,9 @@ def sample_klein(transformer: Component | ExternalDenoiser, text: KleinText, con
     if cond.is_empty:
         return SampledLatent(cond.source, cond.prepared, "flux2", unchanged=True, info={"skipped": "empty mask"})
 
-    mu = compute_empirical_mu(n_tokens, steps)
+    # tiled shared mode: the shift of the windows the transformer sees, not of the whole grid (whole-grid mu at
+    # 6144x4096 is ~17: a 4-step schedule would keep sigma 1 for three steps)
+    mu = compute_empirical_mu(n_tokens if schedule_tokens is None else int(schedule_tokens), steps)
     sigmas = truncate_for_denoise(flux_sigmas(steps, mu), steps, strength)
     if len(sigmas) < 2:
         raise FillScopeInputError("strength", f"{strength} leaves no step out of {steps}.", "raise strength or steps.")

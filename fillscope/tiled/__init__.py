@@ -19,6 +19,8 @@ from ..pipelines import PIPELINES, flux_fill, klein, sd3_controlnet
 from .independent import run_independent
 from .shared_flux_fill import run_shared as run_shared_flux_fill
 from .shared_flux_fill import token_windows, windowed_flux_denoiser
+from .shared_klein import run_shared as run_shared_klein
+from .shared_sd3 import run_shared as run_shared_sd3
 from .result import TiledResult
 
 MODES = ("independent", "shared")
@@ -29,6 +31,8 @@ MASK_OPTIONS = ("invert", "threshold", "grow", "feather", "masked_fill")
 # observe, options, tile_range, **family_kwargs) -> TiledResult
 SHARED = {
     flux_fill: run_shared_flux_fill,
+    klein: run_shared_klein,
+    sd3_controlnet: run_shared_sd3,
 }
 
 
@@ -41,7 +45,8 @@ def _pipeline(family: str):
 
 def run_tiled(family: str, stack: dict, prompt: str, image, mask, *, tile: int, overlap: float,
               mode: str = "independent", seed: int, steps: int, callback=None, observe=None,
-              mask_options: dict | None = None, tile_range=None, **family_kwargs) -> TiledResult:
+              mask_options: dict | None = None, tile_range=None, poisson: bool = False,
+              **family_kwargs) -> TiledResult:
     """The family's inpaint over overlapping tiles (module docstring). `image` IMAGE [B,H,W,C], `mask` MASK [B,H,W]
     (1 = repaint). `mask_options`: prepare_image_and_mask's invert, threshold, grow, feather, masked_fill, applied
     as the untiled run applies them. `callback(step, total)` counts tiles x steps (a callback that raises stops the
@@ -50,10 +55,20 @@ def run_tiled(family: str, stack: dict, prompt: str, image, mask, *, tile: int, 
     models run with smaller tiles). `family_kwargs` go to the family's `run` (guidance, cfg, reference, ...).
     Mode shared (SHARED: the family's run_shared; FLUX Fill's): `family_kwargs` are guidance, denoise, timings and place; the
     callback counts windows x steps; observe sees the whole run's tensors, the sampler's denoiser input as
-    "denoiser.input" and each window's first transformer call as "tile {index} transformer.input"/".output"."""
+    "denoiser.input" and each window's first transformer call as "tile {index} transformer.input"/".output".
+    `poisson` (mode independent only): the overlaps re-solved in the gradient domain after the ramp blend
+    (compositing/tile_seams.poisson_seams); mode shared refuses it: its windows are averaged every step, so there is
+    no tile seam to solve."""
     pipeline = _pipeline(family)
+    missing = [name for name in pipeline.COMPONENTS if name not in stack]
+    if missing:
+        raise FillScopeInputError("stack", f"has no {', '.join(missing)}: it is not a {family} stack.",
+                                  f"load the family's {', '.join(pipeline.COMPONENTS)}.")
     if mode not in MODES:
         raise FillScopeInputError("mode", f"unknown mode {mode!r}.", f"use one of {', '.join(MODES)}.")
+    if mode == "shared" and poisson:
+        raise FillScopeInputError("poisson", "mode 'shared' averages the windows every step: there is no tile seam "
+                                  "to solve.", "leave poisson off in mode 'shared', or use mode 'independent'.")
     if mode == "shared" and pipeline not in SHARED:
         raise FillScopeInputError("mode", f"'shared' is not built for {family} yet (issue 23).",
                                   "use mode 'independent' for this family.")
@@ -74,9 +89,9 @@ def run_tiled(family: str, stack: dict, prompt: str, image, mask, *, tile: int, 
         return SHARED[pipeline](stack, prompt, image, mask, tile=tile, overlap=overlap, seed=seed, steps=steps,
                                 callback=callback, observe=observe, options=options, tile_range=tile_range,
                                 **family_kwargs)
-    return run_independent(pipeline, stack, prompt, image, mask, tile=tile, overlap=overlap, mode=mode, seed=seed,
+    return run_independent(pipeline, stack, prompt, image, mask, tile=tile, overlap=overlap, seed=seed,
                            steps=steps, callback=callback, observe=observe, options=options, tile_range=tile_range,
-                           **family_kwargs)
+                           poisson=poisson, **family_kwargs)
 
 
 __all__ = ["MODES", "FAMILIES", "Tile", "TiledResult", "run_tiled", "token_windows", "windowed_flux_denoiser"]

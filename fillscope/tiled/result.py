@@ -29,4 +29,27 @@ def transformer_tokens(shape, stack) -> int:
     return int(shape[2]) * int(shape[3]) // (patch * patch)
 
 
-__all__ = ["TiledResult", "transformer_tokens"]
+def window_records(tiles: list, mask) -> dict:
+    """Mode shared's records, one per window by index, before the first step: place, repaint pixels in the window
+    (`mask` [B,1,H,W] on the model grid; None on the meta device, which holds no values), then filled per call."""
+    on_meta = mask.device.type == "meta"
+    return {t.index: {"index": t.index, "box": t.box, "row": t.row, "col": t.col,
+                      "repaint_pixels": None if on_meta else
+                      int((mask[:, 0, t.box[1]:t.box[3], t.box[0]:t.box[2]] > 0).sum()),
+                      "sampled": True, "tokens": 0, "transformer_input": None, "calls": 0, "seconds": 0.0}
+            for t in tiles}
+
+
+def schedule_counter(transformer, state: dict):
+    """A denoiser's `schedule` hook that keeps the run's step count in state["steps"] (progress counts windows x
+    steps; denoise < 1 runs fewer) and passes the sigmas on to the wrapped denoiser's own hook, if it has one."""
+    def schedule(sigmas):
+        state["steps"] = len(sigmas) - 1
+        inner = getattr(transformer, "schedule", None)
+        if inner is not None:
+            inner(sigmas)
+
+    return schedule
+
+
+__all__ = ["TiledResult", "schedule_counter", "transformer_tokens", "window_records"]

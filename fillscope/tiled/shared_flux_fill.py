@@ -22,7 +22,7 @@ from ..observe import stage
 from ..pipelines import flux_fill
 from ..sampling import ExternalDenoiser
 from ..specs import FLUX_PATCH, flux_image_ids
-from .result import TiledResult
+from .result import TiledResult, schedule_counter, window_records
 
 
 def token_windows(tiles: list, token_px: int) -> list:
@@ -141,18 +141,8 @@ def run_shared(stack, prompt, image, mask, *, tile, overlap, seed, steps, callba
     if not tiles:
         return TiledResult(source.clone(), [], [], notes, whole.warnings)
     windows = token_windows(tiles, token_px)
-    records = {t.index: {"index": t.index, "box": t.box, "row": t.row, "col": t.col,
-                         "repaint_pixels": int((whole.mask[:, 0, t.box[1]:t.box[3], t.box[0]:t.box[2]] > 0).sum())
-                         if whole.mask.device.type != "meta" else None,
-                         "sampled": True, "tokens": 0, "transformer_input": None, "calls": 0, "seconds": 0.0}
-               for t in tiles}
+    records = window_records(tiles, whole.mask)
     state = {"calls": 0, "steps": steps}
-
-    def schedule(sigmas):
-        state["steps"] = len(sigmas) - 1
-        inner = getattr(transformer, "schedule", None)
-        if inner is not None:
-            inner(sigmas)
 
     def on_call(window, piece, velocity, seconds):
         r = records[window.index]
@@ -179,9 +169,11 @@ def run_shared(stack, prompt, image, mask, *, tile, overlap, seed, steps, callba
     with stage("sample_flux_fill", [transformer], timings=timings, place=place):
         denoiser = windowed_flux_denoiser(transformer, flux_text, windows, (grid_h // token_px, grid_w // token_px),
                                           on_call=on_call)
-        denoiser = dataclasses.replace(denoiser, schedule=schedule)
+        denoiser = dataclasses.replace(denoiser, schedule=schedule_counter(transformer, state))
+        # the schedule of the image size the transformer sees: the largest window's (whole-grid mu at 6144x4096 is ~17)
         latent = flux_fill.sample_flux_fill(denoiser, flux_text, condition, steps=steps, seed=seed,
-                                            observe=sampler_observe, **family_kwargs)
+                                            observe=sampler_observe,
+                                            schedule_tokens=max(w.height * w.width for w in windows), **family_kwargs)
     with stage("decode_to_image", [vae], timings=timings, place=place):
         decoded = decode_to_image(vae, latent, observe=sampler_observe)
     return TiledResult(paste_back(decoded, source, whole.paste_mask), tiles, [records[t.index] for t in tiles],

@@ -12,11 +12,15 @@ Schema `fillscope.shapes/1` (the JSON every node's `shapes` output holds):
               "facts": {name: value}, "notes": [...], "warnings": [...],
               "table": "flux_fill" | "sd3_controlnet",    # optional
               "geometry": {"width", "height", "grid_width", "grid_height", "mode": exact|pad|crop,
-                           "top", "left"}}                # optional
+                           "top", "left"},                # optional
+              "tiles": {"width", "height", "tile", "overlap", "mode",
+                        "tiles": [{"index", "box", "row", "col", "sampled", "tokens", "repaint_pixels", "seconds",
+                                   "calls" (mode shared)}]}}  # optional: a tiled run (nodes/tiled.py)
 
 `table` (set by the model-specific nodes) names the boundary table the graph is summarised by
 (fillscope/trace/summary.py); `geometry` (set where the mask is prepared) is where the model grid sits in the
-input image, so a table can say when a size is padded or cropped.
+input image, so a table can say when a size is padded or cropped; `tiles` is where a tiled run's tiles lie (the
+Shapes Report page draws it as a tile map).
 
 A tensor row is `measured` when its shape was read off a tensor that existed in this run (on cuda, cpu or
 meta: `device` says which), `static-config` when it comes from a config file without running anything, and

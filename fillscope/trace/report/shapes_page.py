@@ -9,12 +9,15 @@ and asks it for the .json file) and the same Content-Security-Policy (no network
     html = render_shapes_page(title, rows=..., sections=..., json_text=..., json_name=...)
 
 `rows` are fillscope/trace/summary.py boundary_rows, `sections` its record_section dicts; `json_text` is the .json
-file written beside the page, verbatim (offered as a data: download for the page opened on its own)."""
+file written beside the page, verbatim (offered as a data: download for the page opened on its own). A record of a
+tiled run (nodes/tiled.py: its record key "tiles", read from the shapes documents in `json_text`) adds a tile map:
+an inline SVG of the image with each tile's box, the sampled ones shaded."""
 
 from __future__ import annotations
 
 import base64
 import hashlib
+import json
 
 from ..records import MEASURED
 from ..summary import compare_with_seed, seed_shapes
@@ -37,7 +40,12 @@ _CSS = """
 .shapes .files code{color:var(--ink)}
 .shapes .warn{color:#9a2b00}
 .shapes .totals{margin:6px 2px;font-size:12px;color:var(--muted)}
+.shapes svg.tilemap{max-width:100%;height:auto;background:#fff;border:1px solid #ddd;border-radius:6px}
+.shapes svg.tilemap rect.tile{fill:#2a6fdb;fill-opacity:.22;stroke:#1d4f9e;stroke-width:1.5}
+.shapes svg.tilemap rect.tile.skipped{fill-opacity:0;stroke-dasharray:6 4}
+.shapes svg.tilemap text{fill:#1d4f9e;font-family:var(--mono)}
 """
+TILE_MAP_WIDTH = 560  # px on the page; the SVG's own units are the image's pixels
 
 _HEAD = (("#", "#"), ("boundary", "边界"), ("tensor", "张量"), ("shape", "形状"), ("dtype", "数据类型"),
          ("provenance", "来源"), ("node", "节点"))
@@ -94,6 +102,63 @@ def _section(s: dict) -> Markup:
     return el("section", {"class_": "inspect", "data-node": s["node"]}, el("h3", None, title), facts, warnings, table)
 
 
+def tile_maps(json_text: str) -> list[tuple[str, dict]]:
+    """(node title, its "tiles" entry) of every record of the report's shapes documents (`shapes`, `shapes_2`) that
+    ran by tiles (nodes/tiled.py record_tiles: width, height, tile, overlap, mode, tiles [{index, box, sampled, ...}]),
+    each record once; none for a report of another graph or a text that is not the report's JSON."""
+    try:
+        report = json.loads(json_text)
+    except (TypeError, ValueError):
+        return []
+    out, seen = [], set()
+    docs = [report.get(key) for key in ("shapes_2", "shapes")] if isinstance(report, dict) else []
+    for doc in docs:
+        if not isinstance(doc, dict):
+            continue
+        trail = doc.get("trail") if isinstance(doc.get("trail"), list) else []
+        for rec in trail + [doc.get("node")]:
+            if isinstance(rec, dict) and isinstance(rec.get("tiles"), dict) and rec.get("id") not in seen:
+                seen.add(rec.get("id"))
+                out.append((str(rec.get("title", "")), rec["tiles"]))
+    return out
+
+
+def _tile_map(title: str, m: dict) -> Markup | None:
+    """One tiled run's map: the image's rectangle, each tile's box (shaded when sampled, dashed when not) with its
+    index; its size and settings above it. None when the entry holds no tile."""
+    tiles = [t for t in m.get("tiles", []) if isinstance(t, dict) and len(t.get("box") or ()) == 4]
+    if not tiles:
+        return None
+    width, height = int(m.get("width", 0)), int(m.get("height", 0))
+    span_x = max([width] + [int(t["box"][2]) for t in tiles])  # mode shared: boxes on the padded model grid
+    span_y = max([height] + [int(t["box"][3]) for t in tiles])
+    font = max(span_x, span_y) / 32
+    shapes = [el("rect", {"class_": "image", "x": 0, "y": 0, "width": width, "height": height, "fill": "#f3f1ec",
+                          "stroke": "#777", "stroke-width": 1.5, "vector-effect": "non-scaling-stroke"})]
+    for t in tiles:
+        x0, y0, x1, y1 = (int(v) for v in t["box"])
+        about = (f"tile {t.get('index')}: x {x0}-{x1}, y {y0}-{y1}, " +
+                 (f"{t.get('tokens')} tokens" if t.get("sampled") else "not sampled"))
+        shapes.append(el("g", {"class_": "tile", "data-index": t.get("index")},
+                         el("title", None, about),
+                         el("rect", {"class_": "tile" + ("" if t.get("sampled") else " skipped"), "x": x0, "y": y0,
+                                     "width": x1 - x0, "height": y1 - y0, "vector-effect": "non-scaling-stroke"}),
+                         el("text", {"x": f"{x0 + font * 0.4:.1f}", "y": f"{y0 + font * 1.1:.1f}",
+                                     "font-size": f"{font:.1f}"},
+                            str(t.get("index")))))
+    sampled = sum(1 for t in tiles if t.get("sampled"))
+    line_en = (f"{width}x{height} px, {len(tiles)} tiles of {m.get('tile')} px, overlap {m.get('overlap')}, mode "
+               f"{m.get('mode')}: {sampled} sampled (shaded), {len(tiles) - sampled} not (dashed)")
+    line_zh = (f"{width}x{height} 像素，{len(tiles)} 个 {m.get('tile')} 像素分块，重叠 {m.get('overlap')}，模式 "
+               f"{m.get('mode')}：{sampled} 个已采样（阴影），{len(tiles) - sampled} 个未采样（虚线）")
+    svg = el("svg", {"class_": "tilemap", "xmlns": "http://www.w3.org/2000/svg", "viewBox": f"0 0 {span_x} {span_y}",
+                     "width": TILE_MAP_WIDTH, "height": round(TILE_MAP_WIDTH * span_y / max(span_x, 1)),
+                     "role": "img", "aria-label": f"tile map of {title}"}, shapes)
+    return el("section", {"class_": "tiles", "data-node": title},
+              el("h3", None, en_zh(f"Tile map: {title}", f"分块图：{title}")),
+              el("div", {"class_": "facts"}, en_zh(line_en, line_zh)), svg)
+
+
 def render_shapes_page(title: str, *, rows: list[dict], sections: list[dict], json_text: str, json_name: str,
                        crop: str | None = None, not_recorded: list[str] = (), images: list[str] = (),
                        prompt_id: str | None = None) -> str:
@@ -126,6 +191,7 @@ def render_shapes_page(title: str, *, rows: list[dict], sections: list[dict], js
             "调用其 MODEL / CLIP / VAE 的节点来自 ComfyUI 缓存，或在本报告之后运行")))
     for s in sections:
         parts.append(_section(s))
+    parts += [_tile_map(name, m) for name, m in tile_maps(json_text)]
     if rows:
         seed = compare_with_seed(rows)
         seed_name, seed_table = seed_shapes(rows) or ("", {})
