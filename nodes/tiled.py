@@ -84,19 +84,20 @@ class _Tiled(FillScopeNode):
         done = run_tiled(cls.family, stack, prompt, image, mask, tile=tile, overlap=overlap, mode=mode, seed=seed,
                          steps=steps, callback=c.progress_callback(steps), observe=observe, mask_options=options,
                          **extra, **family_kwargs)
-        record_tiles(rec, done, image, tile=tile, overlap=overlap, mode=mode, first=observe.first)
+        record_tiles(rec, done, image, tile=tile, overlap=overlap, mode=mode, first=observe.first,
+                     first_sampled=observe.first_sampled)
         out = done.image.float().cpu()
         rec.tensor("image", out, "output")
         return out
 
 
 class _Observer:
-    """run_tiled's observe on the record: each tile's transformer input and output as "tile N ...", the first tile's
-    (or the whole run's, mode shared) other boundary tensors once under their own names, so the family's boundary
-    table reads one tile's shapes; every name once (a sampler observes some tensors at every step)."""
+    """run_tiled's observe on the record: each tile's transformer input and output as "tile N ...", and every boundary
+    tensor once under its own name (the first tile's that has it; mode shared: the whole run's), so the family's
+    boundary table reads one tile's shapes; every name once (a sampler observes some tensors at every step)."""
 
     def __init__(self, rec):
-        self.rec, self.seen, self.first = rec, set(), None
+        self.rec, self.seen, self.first, self.first_sampled = rec, set(), None, None
 
     def __call__(self, name: str, tensor) -> None:
         if not hasattr(tensor, "shape"):
@@ -106,10 +107,13 @@ class _Observer:
             index, inner = int(found.group(1)), found.group(2)
             if self.first is None:
                 self.first = index
+            if inner == "transformer.input" and self.first_sampled is None:
+                self.first_sampled = index
             if inner in PER_TILE:
                 self._once(name, tensor)
-            if index == self.first:
-                self._once(inner, tensor)
+            # under its own name from the first tile that has it: a tile planned but not sampled (no repaint pixel
+            # in it) gives its condition only, so the transformer's boundary comes from the first sampled tile
+            self._once(inner, tensor)
         else:
             self._once(name, tensor)
 
@@ -119,7 +123,7 @@ class _Observer:
             self.rec.observe(name, tensor)
 
 
-def record_tiles(rec, done, image, *, tile: int, overlap: float, mode: str, first) -> None:
+def record_tiles(rec, done, image, *, tile: int, overlap: float, mode: str, first, first_sampled=None) -> None:
     """The run's tiles on the record: facts (the plan, one line per tile), notes and warnings, the tile map under
     the record key "tiles" (the Shapes Report's page draws it: fillscope/trace/report/shapes_page.py)."""
     height, width = int(image.shape[1]), int(image.shape[2])
@@ -142,7 +146,9 @@ def record_tiles(rec, done, image, *, tile: int, overlap: float, mode: str, firs
         rec.fact(f"tile {r['index']}", f"box x {x0}-{x1}, y {y0}-{y1} (row {r['row']}, col {r['col']}): {what}"
                                        f"{calls}, {r['seconds']} s")
     if first is not None and mode == "independent":
-        rec.note(f"boundary tensors without a tile number are tile {first}'s (each tile runs the family's whole "
+        which = f"tile {first}'s" if first_sampled in (None, first) else \
+            f"tile {first}'s, the transformer's tile {first_sampled}'s (the first sampled)"
+        rec.note(f"boundary tensors without a tile number are {which} (each tile runs the family's whole "
                  "pipeline); 'tile N transformer.input' is each tile's")
     for n in done.notes:
         rec.note(n)

@@ -26,7 +26,7 @@ from tiny_sd3 import build_tiny_sd3_controlnet_folder, build_tiny_sd3_folder
 
 PROMPT = "a red brick fireplace"
 SD3_FIX = ("crop or scale the image to at most 3072 px a side, e.g. inpaint a crop around the masked area and "
-           "composite it back into the full image.")
+           "composite it back into the full image, or inpaint it by tiles (SD3 ControlNet Tiled Inpaint).")
 
 
 def prepared(height, width, size_mode="pad", mask_fraction=0.5):
@@ -134,7 +134,8 @@ def test_sd3_sampler_refuses_past_the_loaded_transformers_grid_before_any_step(s
     assert str(e.value) == (
         "[FillScope] input 'condition': 1600x16 is larger than this transformer's position-embedding grid allows "
         "(1536x1536 px for the loaded weights: pos_embed_max_size 96 x patch 2 x 8). Fix: crop or scale the image to "
-        "at most 1536 px a side, e.g. inpaint a crop around the masked area and composite it back into the full image.")
+        "at most 1536 px a side, e.g. inpaint a crop around the masked area and composite it back into the full image, "
+        "or inpaint it by tiles (SD3 ControlNet Tiled Inpaint).")
     assert seen == [] and steps == []  # no noise drawn, no step run
 
 

@@ -406,7 +406,7 @@ def test_a_placeholder_bigger_than_the_available_ram_is_refused_with_both_figure
 # limit, and its resolution shift outside the calibrated 256-4096 tokens is a notice. crop mode says what it cuts off.
 
 SD3_GRID_FIX = ("crop or scale the image to at most {px} px a side, e.g. inpaint a crop around the masked area and "
-                "composite it back into the full image.")
+                "composite it back into the full image, or inpaint it by tiles (SD3 ControlNet Tiled Inpaint).")
 
 
 def refused_at(server, prompt, node_type):

@@ -131,7 +131,7 @@ def refuse_over_side_limit(input_name: str, geometry, limit: SideLimit, grid: st
     if (geometry.grid_width, geometry.grid_height) != (geometry.width, geometry.height):
         size += f" ({geometry.grid_width}x{geometry.grid_height} {'padded' if geometry.mode == 'pad' else 'cropped'} to the 16 px grid)"
     fix = (f"crop or scale the image to at most {limit.pixels} px a side, e.g. inpaint a crop around the masked "
-           "area and composite it back into the full image")
+           "area and composite it back into the full image, or inpaint it by tiles (SD3 ControlNet Tiled Inpaint)")
     unit = MIN_SIDE  # the 16 px grid: crop trims each side down to a multiple of it
     cropped = (geometry.width // unit * unit, geometry.height // unit * unit)
     if geometry.mode == "pad" and max(cropped) <= limit.pixels:
