@@ -22,9 +22,10 @@ class SampledLatent:
     info: dict = field(default_factory=dict)
 
 
-def decode_to_image(vae, latent: SampledLatent, observe=None):
+def decode_to_image(vae, latent: SampledLatent, observe=None, *, decode=None):
     """[B,C,h,w] -> IMAGE [B,H,W,3] at the user's input size; C must be the VAE's (vae.latent_format). An empty-mask
-    result is the source itself.
+    result is the source itself. `decode(vae, latents)`: the VAE decode (None: vae.decode, one whole-image call; the
+    tiled modes give vae_tiles.decode_tiled, same shapes).
     On the meta device there are no pixel values: the IMAGE is zeros of the right size (the node says so)."""
 
     observe = observer_or_noop(observe)
@@ -43,15 +44,16 @@ def decode_to_image(vae, latent: SampledLatent, observe=None):
             "vae", f"this {fmt.name.upper()} VAE decodes {fmt.channels}-channel latents "
                    f"({vae_ops.describe_widths(vae)}) but the latent has {latent.latents.shape[1]} channels.",
             "connect the VAE that encoded the sampler's condition (the same VAE loader as the condition node).")
-    grid = _decode_grid(vae, latent.latents, observe)  # [B,H,W,3] on the model's grid
+    grid = _decode_grid(vae, latent.latents, observe, decode)  # [B,H,W,3] on the model's grid
     return restore_geometry(grid, prepared.geometry, prepared.source)
 
 
-def _decode_grid(vae, latents, observe):
-    """Model-space latents [B,C,h,w] -> IMAGE [B,s*h,s*w,3] on the CPU, 0..1 (zeros on meta: no values there)."""
+def _decode_grid(vae, latents, observe, decode=None):
+    """Model-space latents [B,C,h,w] -> IMAGE [B,s*h,s*w,3] on the CPU, 0..1 (zeros on meta: no values there);
+    `decode(vae, latents)` -> [B,3,H,W] in [-1,1] (None: vae.decode)."""
     import torch
 
-    decoded = vae_ops.decode(vae, latents)  # [B,3,H,W]
+    decoded = (decode or vae_ops.decode)(vae, latents)  # [B,3,H,W]
     observe("decoded_image", decoded)
     grid = vae_ops.to_unit_range(decoded).permute(0, 2, 3, 1)  # [B,H,W,3]
     if grid.device.type == "meta":

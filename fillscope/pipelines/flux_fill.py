@@ -157,8 +157,10 @@ class FillCondition(ConditionSource):
         return self.masked_latents.shape[1]
 
 
-def build_fill_condition(vae: Component, prepared: PreparedInput, observe=None) -> FillCondition:
-    """Step 2. `observe(name, tensor)` sees every boundary tensor (the shape records use it)."""
+def build_fill_condition(vae: Component, prepared: PreparedInput, observe=None, *, encode=None) -> FillCondition:
+    """Step 2. `observe(name, tensor)` sees every boundary tensor (the shape records use it). `encode(vae, pixels)`:
+    the VAE encode of the masked image (None: vae.encode, one whole-image call; the tiled modes give
+    vae_tiles.encode_tiled, same shapes)."""
     import torch
 
     observe = observer_or_noop(observe)
@@ -172,7 +174,7 @@ def build_fill_condition(vae: Component, prepared: PreparedInput, observe=None) 
     require_grid(prepared, vae_scale * FLUX_PATCH, f"this VAE ({vae_ops.describe_widths(vae)}) with 2x2 patches")
     # masked pixels -> 0 (mid grey in [-1,1]), exactly diffusers' init_image * (1 - mask)
     masked = prepared.image * (1.0 - prepared.mask)  # [B,3,H,W]
-    masked_latents = vae_ops.encode(vae, masked)  # [B,16,H/8,W/8]
+    masked_latents = (encode or vae_ops.encode)(vae, masked)  # [B,16,H/8,W/8]
     mask = prepared.mask.to(device=masked_latents.device, dtype=masked_latents.dtype)
     packed_latents = pack_latents(masked_latents)  # [B,N,64]
     packed_mask = pack_mask(mask, vae_scale)  # [B,N,256]

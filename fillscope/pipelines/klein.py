@@ -186,14 +186,14 @@ def _require_flux2_vae(vae: Component) -> None:
                                   f"{vae.kind.replace('_vae', '').upper()} VAE.", "set the VAE loader's kind to flux2.")
 
 
-def _reference_tokens(vae: Component, images, start_offset: int, batch: int, observe):
+def _reference_tokens(vae: Component, images, start_offset: int, batch: int, observe, encode=None):
     """Each reference image (pixels [B|1,3,H,W] in [-1,1]) -> normalised latents -> tokens, with ids at time offsets
-    start_offset, +10, ... -> ([B,Nref,128], [B,Nref,4], sizes)."""
+    start_offset, +10, ... -> ([B,Nref,128], [B,Nref,4], sizes). `encode`: as build_inpaint_condition's."""
     import torch
 
     tokens, ids, sizes = [], [], []
     for i, image in enumerate(images):
-        latents = vae_ops.encode(vae, image)  # [B|1,128,h,w]
+        latents = (encode or vae_ops.encode)(vae, image)  # [B|1,128,h,w]
         _, _, h, w = latents.shape
         packed = pack_tokens(latents)
         if packed.shape[0] == 1 and batch > 1:
@@ -218,9 +218,9 @@ def diffusers_downscale_note(prepared: PreparedInput, unit: int = MIN_SIDE) -> s
 
 
 def build_inpaint_condition(vae: Component, prepared: PreparedInput, reference=None, *, token_mask: str = "cover",
-                            observe=None) -> KleinCondition:
+                            observe=None, encode=None) -> KleinCondition:
     """Step 2 (inpaint). The source is encoded once: its latents are both the re-blend target and the first
-    reference (t=10); `reference` (IMAGE, optional: "put this object there") follows at t=20."""
+    reference (t=10); `reference` (IMAGE, optional) at t=20. `encode(vae, pixels)` encodes both (None: vae.encode)."""
     observe = observer_or_noop(observe)
     _require_flux2_vae(vae)
     if reference is not None:
@@ -230,11 +230,11 @@ def build_inpaint_condition(vae: Component, prepared: PreparedInput, reference=N
     note = diffusers_downscale_note(prepared, unit)
     if note and note not in prepared.notes:
         prepared.notes.append(note)
-    source = vae_ops.encode(vae, prepared.image)  # [B,128,H/16,W/16]
+    source = (encode or vae_ops.encode)(vae, prepared.image)  # [B,128,H/16,W/16]
     b, _, h, w = source.shape
     observe("source_latents", source)
     extra = [prepare_reference(reference, unit=unit)] if reference is not None else []
-    references, ids, sizes = _reference_tokens(vae, extra, SOURCE_TIME_OFFSET * 2, b, observe) if extra else (None, None, [])
+    references, ids, sizes = _reference_tokens(vae, extra, SOURCE_TIME_OFFSET * 2, b, observe, encode) if extra else (None, None, [])
     import torch
 
     source_ids = token_ids(h, w, SOURCE_TIME_OFFSET, b, source.device)
@@ -252,9 +252,10 @@ def build_inpaint_condition(vae: Component, prepared: PreparedInput, reference=N
 
 
 def build_edit_condition(vae: Component, references: list, *, width: int = 0, height: int = 0,
-                         observe=None) -> KleinCondition:
+                         observe=None, encode=None) -> KleinCondition:
     """Step 2 (edit, no mask). Reference images (IMAGE each) at t = 10, 20, ...; the output is width x height,
-    or the first reference's size (multiples of one token, 16 px published) when 0, as diffusers does."""
+    or the first reference's size (multiples of one token, 16 px published) when 0, as diffusers does. `encode`:
+    as build_inpaint_condition's."""
     import torch
 
     from ..masks import Geometry
@@ -269,7 +270,7 @@ def build_edit_condition(vae: Component, references: list, *, width: int = 0, he
     batch = max(p.shape[0] for p in pixels)
     check_reference_batches([("image" if i == 0 else f"reference_{i + 1}", p) for i, p in enumerate(pixels)], batch,
                             "the largest image batch")
-    tokens, ids, sizes = _reference_tokens(vae, pixels, SOURCE_TIME_OFFSET, batch, observe)
+    tokens, ids, sizes = _reference_tokens(vae, pixels, SOURCE_TIME_OFFSET, batch, observe, encode)
     out_h, out_w = height or sizes[0][0], width or sizes[0][1]
     if out_h % unit or out_w % unit:
         raise FillScopeInputError("width/height", f"{out_w}x{out_h} is not a multiple of {unit} px (one klein token).",

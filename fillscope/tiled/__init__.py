@@ -54,7 +54,9 @@ def run_tiled(family: str, stack: dict, prompt: str, image, mask, *, tile: int, 
     "tile {index} {name}". `tile_range`: the range `tile` is checked against (bounds.TILED's by default; tiny test
     models run with smaller tiles). `family_kwargs` go to the family's `run` (guidance, cfg, reference, ...).
     Mode shared (SHARED: the family's run_shared; FLUX Fill's): `family_kwargs` are guidance, denoise, timings and place; the
-    callback counts windows x steps; observe sees the whole run's tensors, the sampler's denoiser input as
+    callback counts windows x steps; `vae_tile` (mode shared, all three families; px, 256..4096, a multiple of 16,
+    1024 by default) tiles the whole image's VAE encode and decode (vae_tiles) so their memory stays that of one
+    tile: an image up to vae_tile a side is encoded and decoded whole, as untiled; observe sees the whole run's tensors, the sampler's denoiser input as
     "denoiser.input" and each window's first transformer call as "tile {index} transformer.input"/".output".
     `poisson` (mode independent only): the overlaps re-solved in the gradient domain after the ramp blend
     (compositing/tile_seams.poisson_seams); mode shared refuses it: its windows are averaged every step, so there is
@@ -69,6 +71,10 @@ def run_tiled(family: str, stack: dict, prompt: str, image, mask, *, tile: int, 
     if mode == "shared" and poisson:
         raise FillScopeInputError("poisson", "mode 'shared' averages the windows every step: there is no tile seam "
                                   "to solve.", "leave poisson off in mode 'shared', or use mode 'independent'.")
+    if mode != "shared" and "vae_tile" in family_kwargs:
+        raise FillScopeInputError("vae_tile", "mode 'independent' encodes and decodes each tile on its own (at most "
+                                  "one tile a side): there is no whole-image VAE call to tile.",
+                                  "leave vae_tile unset, or use mode 'shared'.")
     if mode == "shared" and pipeline not in SHARED:
         raise FillScopeInputError("mode", f"'shared' is not built for {family} yet (issue 23).",
                                   "use mode 'independent' for this family.")

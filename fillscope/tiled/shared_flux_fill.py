@@ -4,15 +4,19 @@ grid (sample_flux_fill: its schedule, seeded noise, guidance and Euler steps as 
 model grid, so every window lies on the token grid), runs FillScope's transformer on each window that meets the
 grown mask (each seen as a tile-sized image: window-local positions) and averages the windows' velocities with
 ramp weights at token resolution, so neighbouring tiles agree while they are sampled. The prompt is encoded once;
-the whole image's condition is built by one VAE encode and the result decoded by one VAE decode (their memory
-grows with the image: a tiled VAE is for later); the transformer's input is one window's tokens at a time.
+the whole image's condition is encoded and the result decoded by the tiled VAE (vae_tiles, tiles of `vae_tile` px:
+an image up to vae_tile a side is one untiled VAE call, bit for bit); the transformer's input is one window's
+tokens at a time.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import math
 import time
 
+from .. import bounds
 from .. import vae as vae_ops
 from ..compositing.tiles import Tile, plan_tiles, ramp_weights
 from ..decode import decode_to_image
@@ -22,7 +26,30 @@ from ..observe import stage
 from ..pipelines import flux_fill
 from ..sampling import ExternalDenoiser
 from ..specs import FLUX_PATCH, flux_image_ids
+from ..vae_tiles import decode_tiled, encode_tiled
 from .result import TiledResult, schedule_counter, window_records
+
+VAE_TILE = 1024  # px: the shared modes' default VAE tile; an image up to this a side is encoded / decoded whole
+VAE_OVERLAP = 0.125  # vae_tiles' own default blend
+VAE_TILE_MULTIPLE = 16  # px: every family's token side (FLUX.1 / SD3 8 px x 2x2 patch, klein's 16 px patch)
+
+
+def tiled_vae_calls(vae, vae_tile) -> tuple:
+    """(encode, decode) for a shared mode's whole-image condition and result: vae_tiles.encode_tiled / decode_tiled
+    with tiles of `vae_tile` px (pixels [B,3,H,W] -> latents [B,C,H/s,W/s] and back, as vae.encode / vae.decode),
+    so the VAE's working set is one tile (+ its context) whatever the image's size; the decode assembles the whole
+    image on the CPU (decode_to_image moves it there anyway), on meta on the meta device. `vae_tile` is checked
+    against bounds.TILED['tile'] and a multiple of 16 px (and of the VAE's downscale), refused by name before
+    anything runs."""
+    problem = bounds.number_problem(vae_tile, bounds.TILED["tile"])
+    multiple = math.lcm(VAE_TILE_MULTIPLE, vae_ops.latent_format(vae).downscale)  # 16 for all published VAEs
+    if problem or vae_tile % multiple:
+        raise FillScopeInputError("vae_tile", f"{vae_tile!r} {problem or f'is not a multiple of {multiple} px'}.",
+                                  f"set vae_tile to a multiple of {multiple} from {bounds.TILED['tile']} px "
+                                  f"({VAE_TILE} by default: an image up to that size a side is encoded whole).")
+    out_device = None if str(getattr(vae, "device", "")) == "meta" else "cpu"
+    return (functools.partial(encode_tiled, tile=vae_tile, overlap=VAE_OVERLAP),
+            functools.partial(decode_tiled, tile=vae_tile, overlap=VAE_OVERLAP, out_device=out_device))
 
 
 def token_windows(tiles: list, token_px: int) -> list:
@@ -115,9 +142,9 @@ def windowed_flux_denoiser(transformer, text, windows: list, token_grid: tuple, 
 def run_shared(stack, prompt, image, mask, *, tile, overlap, seed, steps, callback, observe, options, tile_range,
                 **family_kwargs) -> TiledResult:
     """Mode `shared` for FLUX Fill (module docstring): the prompt encoded once, the whole image's condition built by
-    one VAE encode (memory grows with the image: a tiled VAE encode is for later), one sample_flux_fill over the
-    whole latent with windowed_flux_denoiser, one VAE decode, paste-back through the whole image's mask. Progress
-    counts windows x steps (a raising callback stops the run between two window calls)."""
+    the tiled VAE encode (`vae_tile` px tiles, family_kwargs; tiled_vae_calls), one sample_flux_fill over the
+    whole latent with windowed_flux_denoiser, the tiled VAE decode, paste-back through the whole image's mask.
+    Progress counts windows x steps (a raising callback stops the run between two window calls)."""
     for name in ("step_cache", "parallel"):
         if family_kwargs.get(name) not in (None, "off", 1):
             raise FillScopeInputError(name, f"is {family_kwargs[name]!r}: tiled mode 'shared' runs its windows in "
@@ -125,10 +152,12 @@ def run_shared(stack, prompt, image, mask, *, tile, overlap, seed, steps, callba
                                       f"leave {name} unset, or use mode 'independent'.")
         family_kwargs.pop(name, None)
     timings, place = family_kwargs.pop("timings", None), family_kwargs.pop("place", None)
+    vae_tile = family_kwargs.pop("vae_tile", VAE_TILE)
     unknown = sorted(set(family_kwargs) - {"guidance", "denoise"})
     if unknown:
         raise FillScopeInputError(unknown[0], "is no option of FLUX Fill's tiled mode 'shared'.",
-                                  "give only guidance and denoise (and timings, place).")
+                                  "give only guidance and denoise (and vae_tile, timings, place).")
+    vae_encode, vae_decode = tiled_vae_calls(stack["vae"], vae_tile)
     whole = prepare_image_and_mask(image, mask, size_mode="pad", **options)  # masked_fill too: one condition
     source = whole.source
     grid_h, grid_w = whole.image.shape[-2:]
@@ -165,7 +194,7 @@ def run_shared(stack, prompt, image, mask, *, tile, overlap, seed, steps, callba
     with stage("encode_prompt", [clip_l, t5], timings=timings, place=place):
         flux_text = flux_fill.encode_prompt(clip_l, t5, prompt, observe=sampler_observe)
     with stage("build_fill_condition", [vae], timings=timings, place=place):
-        condition = flux_fill.build_fill_condition(vae, whole, observe=sampler_observe)
+        condition = flux_fill.build_fill_condition(vae, whole, observe=sampler_observe, encode=vae_encode)
     with stage("sample_flux_fill", [transformer], timings=timings, place=place):
         denoiser = windowed_flux_denoiser(transformer, flux_text, windows, (grid_h // token_px, grid_w // token_px),
                                           on_call=on_call)
@@ -175,9 +204,9 @@ def run_shared(stack, prompt, image, mask, *, tile, overlap, seed, steps, callba
                                             observe=sampler_observe,
                                             schedule_tokens=max(w.height * w.width for w in windows), **family_kwargs)
     with stage("decode_to_image", [vae], timings=timings, place=place):
-        decoded = decode_to_image(vae, latent, observe=sampler_observe)
+        decoded = decode_to_image(vae, latent, observe=sampler_observe, decode=vae_decode)
     return TiledResult(paste_back(decoded, source, whole.paste_mask), tiles, [records[t.index] for t in tiles],
                        notes, whole.warnings)
 
 
-__all__ = ["run_shared", "token_windows", "windowed_flux_denoiser"]
+__all__ = ["VAE_TILE", "run_shared", "tiled_vae_calls", "token_windows", "windowed_flux_denoiser"]

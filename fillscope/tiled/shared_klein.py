@@ -11,8 +11,9 @@ the output has its size (klein's build_edit_condition: centre-cropped to whole t
 windows cover the whole picture. An optional `reference` IMAGE ("put this object there") follows at t = 20, whole,
 in every window: it is not aligned with the picture.
 
-The prompt is encoded once; the whole image's condition is built by one VAE encode and the result decoded by one VAE
-decode (their memory grows with the image: a tiled VAE is for later); the transformer's input is one window's
+The prompt is encoded once; the inpaint's condition is encoded and every result decoded by the tiled VAE (vae_tiles,
+tiles of `vae_tile` px: an image up to vae_tile a side is one untiled VAE call, bit for bit; the edit's references
+too); the transformer's input is one window's
 tokens and the window's references at a time.
 """
 
@@ -30,7 +31,7 @@ from ..pipelines import klein
 from ..sampling import ExternalDenoiser
 from ..specs import model_config
 from .result import TiledResult, schedule_counter, window_records
-from .shared_flux_fill import token_windows
+from .shared_flux_fill import VAE_TILE, tiled_vae_calls, token_windows
 
 # klein.run's options this mode takes (the edit: all but token_mask; strength must be 1, sample_klein says so)
 OPTIONS = ("reference", "negative_prompt", "guidance", "model_type", "strength", "token_mask")
@@ -135,18 +136,18 @@ def windowed_klein_denoiser(transformer, windows: list, token_grid: tuple, *, on
 
 
 def _check_options(family_kwargs: dict, options: dict, edit: bool) -> dict:
-    """The options this mode takes (OPTIONS, timings, place; step_cache off, parallel 1), refused by name before
-    anything runs; the edit takes no mask option and no token_mask (it has no mask)."""
+    """The options this mode takes (OPTIONS, vae_tile, timings, place; step_cache off, parallel 1), refused by name
+    before anything runs; the edit takes no mask option and no token_mask (it has no mask)."""
     for name in ("step_cache", "parallel"):
         if family_kwargs.get(name) not in (None, "off", 1):
             raise FillScopeInputError(name, f"is {family_kwargs[name]!r}: tiled mode 'shared' runs its windows in "
                                             "one process without a step cache.",
                                       f"leave {name} unset, or use mode 'independent'.")
         family_kwargs.pop(name, None)
-    unknown = sorted(set(family_kwargs) - set(OPTIONS) - {"timings", "place"})
+    unknown = sorted(set(family_kwargs) - set(OPTIONS) - {"vae_tile", "timings", "place"})
     if unknown:
         raise FillScopeInputError(unknown[0], "is no option of klein's tiled mode 'shared'.",
-                                  f"give only {', '.join(OPTIONS)} (and timings, place).")
+                                  f"give only {', '.join(OPTIONS)} (and vae_tile, timings, place).")
     if edit:
         given = sorted(options) + (["token_mask"] if "token_mask" in family_kwargs else [])
         if given:
@@ -162,8 +163,9 @@ def run_shared(stack, prompt, image, mask, *, tile, overlap, seed, steps, callba
     steps: the whole image prepared once with size_mode pad, one build_inpaint_condition, pasted back through the
     whole mask); None: the mask-free edit of `image` (klein.run_edit's steps: output at the image's size cropped to
     whole tokens, nothing pasted back). `family_kwargs`: klein.run's reference, negative_prompt, guidance,
-    model_type, strength, token_mask (the edit: no token_mask, strength 1), timings, place. The prompt (and a base
-    model's negative) is encoded once; one sample_klein over the whole grid with windowed_klein_denoiser.
+    model_type, strength, token_mask (the edit: no token_mask, strength 1), vae_tile (px, VAE_TILE by default:
+    shared_flux_fill.tiled_vae_calls), timings, place. The prompt (and a base model's negative) is encoded once;
+    one sample_klein over the whole grid with windowed_klein_denoiser.
 
     Progress counts window calls: windows x steps (x 2 for a base model's CFG, whose cond and uncond passes each
     call every window); a callback that raises stops the run between two window calls. `observe` sees the whole
@@ -182,11 +184,13 @@ def run_shared(stack, prompt, image, mask, *, tile, overlap, seed, steps, callba
     negative_prompt = family_kwargs.pop("negative_prompt", "")
     model_type = family_kwargs.pop("model_type", "auto")
     token_mask = family_kwargs.pop("token_mask", "cover")
+    vae_tile = family_kwargs.pop("vae_tile", VAE_TILE)
     missing = [name for name in klein.COMPONENTS if name not in stack]
     if missing:
         raise FillScopeInputError("stack", f"has no {', '.join(missing)}: it is not a klein stack.",
                                   f"load klein's {', '.join(klein.COMPONENTS)}.")
     qwen3, transformer, vae = (stack[name] for name in klein.COMPONENTS)
+    vae_encode, vae_decode = tiled_vae_calls(vae, vae_tile)
     if isinstance(transformer, ExternalDenoiser):  # ComfyUI's own MODEL: only model_type says distilled or base
         if model_type not in klein.MODEL_TYPES:
             raise FillScopeInputError("model_type", f"unknown type {model_type!r}.",
@@ -209,11 +213,11 @@ def run_shared(stack, prompt, image, mask, *, tile, overlap, seed, steps, callba
     if edit:
         with stage("build_edit_condition", [vae], timings=timings, place=place):
             refs = [image] + ([reference] if reference is not None else [])
-            condition = klein.build_edit_condition(vae, refs, observe=sampler_observe)
+            condition = klein.build_edit_condition(vae, refs, observe=sampler_observe, encode=vae_encode)
     else:
         with stage("build_inpaint_condition", [vae], timings=timings, place=place):
             condition = klein.build_inpaint_condition(vae, whole, reference, token_mask=token_mask,
-                                                      observe=sampler_observe)
+                                                      observe=sampler_observe, encode=vae_encode)
     prepared = condition.prepared
     th, tw = condition.latent_height, condition.latent_width
     grid_h, grid_w = prepared.image.shape[-2:]
@@ -252,7 +256,7 @@ def run_shared(stack, prompt, image, mask, *, tile, overlap, seed, steps, callba
                                     negative=negative, seed=seed, observe=sampler_observe,
                                     schedule_tokens=max(w.height * w.width for w in windows), **family_kwargs)
     with stage("decode_to_image", [vae], timings=timings, place=place):
-        decoded = decode_to_image(vae, latent, observe=sampler_observe)
+        decoded = decode_to_image(vae, latent, observe=sampler_observe, decode=vae_decode)
     ordered = [records[t.index] for t in tiles]
     if edit:  # nothing of a source to keep: the decoded picture, as run_edit gives it
         return TiledResult(decoded, tiles, ordered, notes, [])

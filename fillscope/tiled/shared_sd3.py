@@ -12,8 +12,9 @@ past SD3's position-embedding grid, which it refuses, as build_inpaint_condition
 hook replaces only the MMDiT. So the loop below calls the pipeline's own parts (schedule, starting point, keep
 rule, text batches, residual hooks, Euler step, the checks) in the same order and arithmetic; an image that fits in
 one window gives the untiled run's result bit for bit (tests/test_tiled_shared_sd3.py holds the two to that).
-The prompt is encoded once; the whole image's condition is one VAE encode and the result one VAE decode (their
-memory grows with the image: a tiled VAE is for later); the transformer and the ControlNet see one window at a time.
+The prompt is encoded once; the whole image's condition is encoded and the result decoded by the tiled VAE
+(vae_tiles, tiles of `vae_tile` px: an image up to vae_tile a side is one untiled VAE call, bit for bit); the
+transformer and the ControlNet see one window at a time.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from ..sampling import (ExternalDenoiser, check_finite_settings, check_steps_and
                         require_finite_first_step, require_finite_result, starting_point, static_shift_sigmas)
 from ..specs import model_config, pos_embed_side_limit, scheduler_config, shipped_variant
 from .result import TiledResult, transformer_tokens, window_records
-from .shared_flux_fill import token_windows
+from .shared_flux_fill import VAE_TILE, tiled_vae_calls, token_windows
 
 OPTIONS = ("negative_prompt", "cfg", "control_scale", "control_start", "control_end", "shift", "denoise",
            "residual_mapping")
@@ -52,10 +53,11 @@ def check_window_side(transformer, controlnet, tiles: list, downscale: int) -> N
                                       f"set tile to at most {limit.pixels} px.")
 
 
-def whole_condition(vae, whole, observe=None) -> sd3_controlnet.InpaintCondition:
+def whole_condition(vae, whole, observe=None, *, encode=None) -> sd3_controlnet.InpaintCondition:
     """build_inpaint_condition's tensors for the whole prepared image, without its side check (the windows are
     checked instead: check_window_side): repaint pixels -> -1, VAE mean -> [B,C,H/8,W/8] ++ keep mask (nearest)
-    -> control [B,C+1,H/8,W/8]. The same operations in the same order, so one window's run equals the untiled one."""
+    -> control [B,C+1,H/8,W/8]. The same operations in the same order, so one window's run equals the untiled one.
+    `encode(vae, pixels)`: the VAE encode (None: vae.encode; run_shared gives vae_tiles.encode_tiled)."""
     import torch
     import torch.nn.functional as F
 
@@ -68,7 +70,7 @@ def whole_condition(vae, whole, observe=None) -> sd3_controlnet.InpaintCondition
     image, mask = whole.image, whole.mask  # [B,3,H,W] in [-1,1], [B,1,H,W] 1 = repaint
     masked = image.clone()
     masked[(mask > 0.5).expand_as(masked)] = -1.0
-    latents = vae_ops.encode(vae, masked)  # [B,16,H/8,W/8]
+    latents = (encode or vae_ops.encode)(vae, masked)  # [B,16,H/8,W/8]
     lh, lw = latents.shape[-2:]
     keep = 1.0 - F.interpolate(mask.to(device=latents.device, dtype=latents.dtype), size=(lh, lw))
     control = torch.cat([latents, keep], dim=1)  # [B,17,H/8,W/8]
@@ -265,9 +267,9 @@ def sample_windows(transformer, controlnet, positive, negative, cond, windows: l
 def run_shared(stack, prompt, image, mask, *, tile, overlap, seed, steps, callback, observe, options, tile_range,
                **family_kwargs) -> TiledResult:
     """Mode `shared` for SD3 + ControlNet (module docstring): the prompt (and, under CFG, the negative prompt)
-    encoded once, the whole image's condition built by one VAE encode, one sample_windows over the whole latent, one
-    VAE decode, paste-back through the whole image's mask. `family_kwargs`: OPTIONS (sd3_controlnet.run's, same
-    defaults) and timings, place. Progress counts windows x steps (a raising callback stops the run between two
+    encoded once, the whole image's condition built by the tiled VAE encode, one sample_windows over the whole
+    latent, the tiled VAE decode, paste-back through the whole image's mask. `family_kwargs`: OPTIONS
+    (sd3_controlnet.run's, same defaults), vae_tile (px, VAE_TILE by default: tiled_vae_calls), timings, place. Progress counts windows x steps (a raising callback stops the run between two
     window calls); `observe` sees the whole run's tensors ("denoiser.input": the sampler's whole grid) and each
     window's first call as "tile {index} transformer.input" / "controlnet.residual[0]" / "transformer.output"."""
     if family_kwargs.get("parallel") not in (None, 1):
@@ -275,13 +277,15 @@ def run_shared(stack, prompt, image, mask, *, tile, overlap, seed, steps, callba
                                               "in one process.", "leave parallel unset, or use mode 'independent'.")
     family_kwargs.pop("parallel", None)
     timings, place = family_kwargs.pop("timings", None), family_kwargs.pop("place", None)
+    vae_tile = family_kwargs.pop("vae_tile", VAE_TILE)
     unknown = sorted(set(family_kwargs) - set(OPTIONS))
     if unknown:
         raise FillScopeInputError(unknown[0], "is no option of SD3 ControlNet's tiled mode 'shared'.",
-                                  f"give only {', '.join(OPTIONS)} (and timings, place).")
+                                  f"give only {', '.join(OPTIONS)} (and vae_tile, timings, place).")
     negative_prompt = family_kwargs.pop("negative_prompt", "")
     cfg = family_kwargs.setdefault("cfg", 7.0)
     clip_l, clip_g, t5, transformer, controlnet, vae = (stack[name] for name in sd3_controlnet.COMPONENTS)
+    vae_encode, vae_decode = tiled_vae_calls(vae, vae_tile)
     if isinstance(transformer, ExternalDenoiser):
         raise FillScopeInputError("transformer", "is a native MODEL: tiled mode 'shared' runs FillScope's own SD3 "
                                                  "transformer on each window.", "load it with FillScope's loader.")
@@ -324,12 +328,12 @@ def run_shared(stack, prompt, image, mask, *, tile, overlap, seed, steps, callba
         positive = sd3_controlnet.encode_prompt(clip_l, clip_g, t5, prompt, observe=observe)
         negative = sd3_controlnet.encode_prompt(clip_l, clip_g, t5, negative_prompt) if cfg > 1.0 else None
     with stage("build_inpaint_condition", [vae], timings=timings, place=place):
-        condition = whole_condition(vae, whole, observe=observe)
+        condition = whole_condition(vae, whole, observe=observe, encode=vae_encode)
     with stage("sample_sd3_controlnet_inpaint", [transformer, controlnet], timings=timings, place=place):
         latent = sample_windows(transformer, controlnet, positive, negative, condition, windows, steps=steps,
                                 seed=seed, on_start=on_start, on_call=on_call, observe=observe, **family_kwargs)
     with stage("decode_to_image", [vae], timings=timings, place=place):
-        decoded = decode_to_image(vae, latent, observe=observe)
+        decoded = decode_to_image(vae, latent, observe=observe, decode=vae_decode)
     return TiledResult(paste_back(decoded, source, whole.paste_mask), tiles, [records[t.index] for t in tiles],
                        notes, whole.warnings)
 
