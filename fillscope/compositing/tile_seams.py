@@ -135,10 +135,7 @@ def poisson_seams(blended, tiles: list, images: list, weights: list, mask, *, ma
             unknown = omega[y0:y1, x0:x1].view(1, 1, y1 - y0, x1 - x0)
             rhs = rhs_all[i, y0:y1, x0:x1].permute(2, 0, 1).unsqueeze(0)  # [1,3,h,w]
             rhs = torch.where(unknown, rhs, torch.zeros_like(rhs))
-            levels = tone._pyramid(torch.zeros_like(rhs), unknown)
-            d = torch.zeros_like(rhs)
-            for _ in range(int(cycles)):
-                d = tone._v_cycle(levels, 0, d, rhs, int(base_sweeps))
+            d = tone.solve_poisson(rhs, unknown, cycles=cycles, base_sweeps=base_sweeps)
             solved = (out[i, y0:y1, x0:x1] + d[0].permute(1, 2, 0)).clamp(0, 1)
             out[i, y0:y1, x0:x1] = torch.where(unknown[0, 0, :, :, None], solved, out[i, y0:y1, x0:x1])
     return out

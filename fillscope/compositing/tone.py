@@ -301,6 +301,19 @@ def _solve_membrane(known_values, unknown, base_sweeps: int, cycles: int):
     return d
 
 
+def solve_poisson(rhs, unknown, *, cycles: int, base_sweeps: int):
+    """d [1,C,h,w] with Laplacian(d) = `rhs` [1,C,h,w] where `unknown` [1,1,h,w] is True and d = 0 elsewhere:
+    `cycles` V-cycles from zero on the mask's pyramid (the multigrid _solve_membrane uses, with a right-hand side).
+    compositing/tile_seams solves its seam corrections with it."""
+    import torch
+
+    levels = _pyramid(torch.zeros_like(rhs), unknown)
+    d = torch.zeros_like(rhs)
+    for _ in range(int(cycles)):
+        d = _v_cycle(levels, 0, d, rhs, int(base_sweeps))
+    return d
+
+
 def poisson_blend(generated, source, mask, *, iterations: int = 50, cycles: int = 3):
     """[B,H,W,3] 0..1: inside `mask` (> 0) the generated image's gradients, meeting the source on the mask's border
     (see the module docstring); outside the mask the source, bit-identical. Multigrid on the mask's bounding box:

@@ -184,7 +184,7 @@ def build_inpaint_condition(vae: Component, prepared: PreparedInput, observe=Non
     return InpaintCondition(prepared=prepared, vae=vae, control=control)
 
 
-def _one_to_one_hooks(transformer, residuals):
+def one_to_one_hooks(transformer, residuals):
     """Add residual i after MMDiT block i (i < len(residuals)); returns the hook handles."""
     handles = []
     for i, block in enumerate(transformer.transformer_blocks):
@@ -202,7 +202,7 @@ def _one_to_one_hooks(transformer, residuals):
 def block_residuals(residuals: list, num_layers: int, residual_mapping: str = "one_to_one") -> list:
     """Entry i (of `num_layers`): the residual added to the image tokens after MMDiT block i, or None, as FillScope's
     own transformer adds them, for a denoiser that takes per-block additions (ComfyUI's MMDiT: control={"output": ...}).
-    "one_to_one": residual i after block i for i < len(residuals) (`_one_to_one_hooks`). "diffusers": the rule of
+    "one_to_one": residual i after block i for i < len(residuals) (`one_to_one_hooks`). "diffusers": the rule of
     diffusers' SD3Transformer2DModel, float for float: block i <- residuals[int(i / (num_layers / len(residuals)))],
     none on the last (context_pre_only) block (24 blocks, 23 residuals: 0<-0, 1<-0, 2<-1, ..., 22<-21, 23<-none)."""
     if not residuals:
@@ -468,7 +468,7 @@ def sample_sd3_controlnet_inpaint(
             velocity = transformer.call(x_in, sigma.expand(x_in.shape[0]), context, pooled,
                                         per_block if residuals else None, parts)
             return velocity, residuals
-        handles = _one_to_one_hooks(model, residuals) if residual_mapping == "one_to_one" else []
+        handles = one_to_one_hooks(model, residuals) if residual_mapping == "one_to_one" else []
         try:
             velocity = model(
                 hidden_states=x_in, timestep=timestep, encoder_hidden_states=context, pooled_projections=pooled,

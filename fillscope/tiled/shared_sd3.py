@@ -124,7 +124,7 @@ def windowed_sd3_denoiser(transformer, controlnet, passes: list, windows: list, 
             residuals = cnet(hidden_states=x_in, timestep=timestep, encoder_hidden_states=context,
                              pooled_projections=cnet_pooled, controlnet_cond=control, conditioning_scale=scale,
                              return_dict=False)[0]  # 23 x [n, tokens, width]
-        hooks = sd3_controlnet._one_to_one_hooks(model, residuals) if residual_mapping == "one_to_one" else []
+        hooks = sd3_controlnet.one_to_one_hooks(model, residuals) if residual_mapping == "one_to_one" else []
         try:
             velocity = model(hidden_states=x_in, timestep=timestep, encoder_hidden_states=context,
                              pooled_projections=pooled,
