@@ -287,3 +287,30 @@ def test_klein_4b_meta_edit_runs_every_window_at_8192_tokens(meta_stack):
     assert [t.box for t in done.tiles] == [(0, 0, 1024, 1024), (512, 0, 1536, 1024), (1024, 0, 2048, 1024)]
     assert shapes == [[1, 8192, 128]] * 3
     assert list(done.image.shape) == [1, height, width, 3]
+
+
+@pytest.mark.parametrize("mode", ["independent", "shared"])
+def test_klein_4b_meta_at_6144x4096_samples_each_tile_at_8192_tokens_and_gives_the_full_size(meta_stack, mode):
+    """The klein meta template's default size (issue 23's done line): 7 x 5 = 35 tiles of 1024 px over 6144x4096 and
+    a small mask: only the tiles within the overlap of it are kept, every transformer call is 4096 noisy + 4096
+    reference tokens, and the output is the whole image (outside the mask the source's)."""
+    height, width = 4096, 6144
+    image = torch.rand(1, height, width, 3)
+    mask = torch.zeros(1, height, width)
+    mask[:, 1800:2000, 2800:3100] = 1
+    shapes, handle = record_transformer_inputs(meta_stack["transformer"])
+    started = time.perf_counter()
+    try:
+        done = run_tiled("klein", meta_stack, PROMPT, image, mask, tile=1024, overlap=0.15, mode=mode, seed=0,
+                         steps=1)
+    finally:
+        handle.remove()
+    sampled = [r["index"] for r in done.records if r["sampled"]]
+    print(f"\nklein 4B meta 6144x4096 {mode}: {len(done.records)} tiles kept, {len(sampled)} sampled, "
+          f"{len(shapes)} transformer calls of {sorted({tuple(s) for s in shapes})}, "
+          f"{time.perf_counter() - started:.1f} s (measured)")
+    assert sampled and shapes and all(s == [1, 8192, 128] for s in shapes)
+    assert all(r["tokens"] == 8192 for r in done.records if r["sampled"])
+    assert list(done.image.shape) == [1, height, width, 3]
+    outside = mask[0] == 0
+    assert torch.equal(done.image[0][outside], image[0][outside])
