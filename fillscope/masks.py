@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from .compositing.removal import MASKED_FILLS, describe, neutralise_masked
 from .errors import FillScopeInputError
+from .pixels import as_mask, as_rgb, dilate, feather_inward, require_finite
 from .specs import MIN_SIDE
 
 SIZE_MODES = ("pad", "crop")
@@ -60,71 +61,12 @@ class PreparedInput:
     kept_pixels: int = 0  # input pixels (over the batch) returned as the exact source values: paste_mask == 0
 
 
-def require_finite(name: str, t, values: str = "from 0 to 1") -> None:
-    """A ComfyUI IMAGE/MASK with a NaN or inf value is the input's fault, said before it can reach a model (a NaN
-    mask binarises to an empty one; a NaN image reaches the VAE and would be blamed on its weights). Meta tensors and
-    non-tensors pass; one sum decides the common, finite case."""
-    import torch
-
-    if not (isinstance(t, torch.Tensor) and t.device.type != "meta" and t.is_floating_point()):
-        return
-    if bool(torch.isfinite(t.sum())):  # NaN and inf reach the sum (an overflow falls through to the full count)
-        return
-    finite = torch.isfinite(t)
-    if not bool(finite.all()):
-        raise FillScopeInputError(
-            name, f"holds {int(finite.numel() - finite.sum()):,} NaN/inf values of {t.numel():,}; every value "
-                  f"must be a finite number {values}.",
-            f"check what computes the {name} (a NaN or infinite value upstream, a division by zero).")
-
-
-def _as_rgb(image, notes):
-    if image.dim() == 3:
-        image = image.unsqueeze(0)
-    if image.dim() != 4:
-        raise FillScopeInputError("image", f"expected an IMAGE [B,H,W,C], got shape {list(image.shape)}.", "connect a ComfyUI IMAGE.")
-    channels = image.shape[-1]
-    if channels == 4:
-        notes.append("image is RGBA: alpha dropped (use the MASK output of LoadImage for the alpha)")
-        image = image[..., :3]
-    elif channels == 1:
-        notes.append("image is greyscale: repeated to RGB")
-        image = image.expand(*image.shape[:-1], 3)
-    elif channels != 3:
-        raise FillScopeInputError("image", f"has {channels} channels; expected 3 (RGB) or 4 (RGBA).", "convert the image to RGB.")
-    return image.float().clamp(0, 1)
-
-
-def _as_mask(mask, image_shape):
-    if mask.dim() == 2:
-        mask = mask.unsqueeze(0)
-    if mask.dim() == 4 and mask.shape[-1] == 1:
-        mask = mask[..., 0]
-    if mask.dim() != 3:
-        raise FillScopeInputError("mask", f"expected a MASK [B,H,W], got shape {list(mask.shape)}.", "connect a ComfyUI MASK.")
-    b, h, w = image_shape[0], image_shape[1], image_shape[2]
-    if tuple(mask.shape[-2:]) != (h, w):
-        hint = ""
-        if tuple(mask.shape[-2:]) == (64, 64):
-            hint = " LoadImage returns a 64x64 empty mask when the image has no alpha channel."
-        raise FillScopeInputError(
-            "mask",
-            f"mask is {mask.shape[-1]}x{mask.shape[-2]} but the image is {w}x{h}.{hint}",
-            "paint the mask on this image in ComfyUI's mask editor, or load a mask of the same size.",
-        )
-    if mask.shape[0] not in (1, b):
-        raise FillScopeInputError(
-            "mask", f"batch of {mask.shape[0]} masks for {b} images.", "give one mask, or one mask per image."
-        )
-    return mask.float().clamp(0, 1).expand(b, h, w)
-
-
 def check_reference_batches(references, batch: int, of: str) -> None:
     """Reference IMAGE batches [(input name, IMAGE)] against the run's `batch` images (`of`: where that batch comes
     from), before anything is encoded: each holds 1 image (every image of the batch sees it) or `batch` (one per
     image, in order). diffusers' Flux2KleinInpaintPipeline reads any other count as that many references shown to
     every image; a FillScope reference input is one reference, so another count is refused (torch.cat would fail). As
-    for a mask against its images (_as_mask)."""
+    for a mask against its images (pixels.as_mask)."""
     for name, image in references:
         n = image.shape[0]
         if n not in (1, batch):
@@ -139,7 +81,7 @@ def prepare_reference(image, name: str = "reference", *, unit: int):
     """A reference IMAGE [B,H,W,3] (or RGBA / greyscale) -> [B,3,H',W'] in [-1,1], centre-cropped to multiples of
     `unit` px (one token of the model: klein's 16 published; no resampling: diffusers resizes with a centre crop,
     identical when the sides are multiples)."""
-    rgb = _as_rgb(image, [])
+    rgb = as_rgb(image, [])
     _, h, w, _ = rgb.shape
     gh, gw = (h // unit) * unit, (w // unit) * unit
     if gh == 0 or gw == 0:
@@ -148,32 +90,6 @@ def prepare_reference(image, name: str = "reference", *, unit: int):
     top, left = (h - gh) // 2, (w - gw) // 2
     chw = rgb[:, top:top + gh, left:left + gw].permute(0, 3, 1, 2)
     return (chw * 2.0 - 1.0).contiguous()
-
-
-def _dilate(mask, pixels: int):
-    import torch.nn.functional as F
-
-    if pixels <= 0:
-        return mask
-    # a square dilation is separable: a row pass then a column pass (O(k) per pixel instead of O(k^2))
-    k = 2 * pixels + 1
-    rows = F.max_pool2d(mask, kernel_size=(1, k), stride=1, padding=(0, pixels))
-    return F.max_pool2d(rows, kernel_size=(k, 1), stride=1, padding=(pixels, 0))
-
-
-def feather_inward(mask, pixels: int):
-    """Soft edge that ramps from 0 at the hole's border to 1 `pixels` inside it; pixels outside the hole
-    stay exactly 0, so paste-back keeps them bit-identical."""
-    import torch.nn.functional as F
-
-    if pixels <= 0:
-        return mask
-    acc = mask.clone()
-    eroded = mask
-    for _ in range(pixels - 1):
-        eroded = 1.0 - F.max_pool2d(1.0 - eroded, kernel_size=3, stride=1, padding=1)
-        acc = acc + eroded
-    return (acc / pixels) * mask
 
 
 def prepare_image_and_mask(
@@ -206,13 +122,13 @@ def prepare_image_and_mask(
     require_finite("mask", mask)
     notes: list[str] = []
     warnings: list[str] = []
-    rgb = _as_rgb(image, notes)
+    rgb = as_rgb(image, notes)
     b, h, w, _ = rgb.shape
     if h < multiple or w < multiple:
         raise FillScopeInputError(
             "image", f"is {w}x{h}; the smallest size is {multiple}x{multiple} (the VAE's 8x downscale, then 2x2 "
             f"patches: one token is {multiple}x{multiple} px).", "use a larger image, or scale it up.")
-    m = _as_mask(mask, rgb.shape).to(rgb.device)
+    m = as_mask(mask, rgb.shape).to(rgb.device)
     if invert:
         m = 1.0 - m
         notes.append("mask inverted")
@@ -224,7 +140,7 @@ def prepare_image_and_mask(
     else:
         notes.append("soft mask kept (threshold 0)")
     if grow > 0:
-        m = _dilate(m, grow)
+        m = dilate(m, grow)
         notes.append(f"mask grown by {grow} px")
     paste = feather_inward(m, feather)
     if feather > 0:

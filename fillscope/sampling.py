@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from .errors import FillScopeInputError
 from .fp8 import nonfinite_count
 from .lora import DOWN, UP
-from .masks import require_finite
+from .pixels import require_finite
 
 if TYPE_CHECKING:  # annotations only: condition imports vae, which the schedules do not need
     from .condition import ConditionSource

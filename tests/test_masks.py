@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from fillscope.errors import FillScopeInputError
-from fillscope.masks import as_paste_mask, feather_inward, paste_back, prepare_image_and_mask, restore_geometry
+from fillscope.masks import as_paste_mask, paste_back, prepare_image_and_mask, restore_geometry
+from fillscope.pixels import feather_inward
 
 
 def rect_mask(h, w, top, left, mh, mw):

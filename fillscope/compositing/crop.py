@@ -15,7 +15,7 @@ Resampling: the image with bilinear interpolation, antialiased (a downscale aver
 with area averaging, which keeps 0 and 1 exact (a window of zeros averages to exactly 0, of ones to exactly 1).
 
 stitch(generated, record) resizes each generated crop back to its box and composites it into a copy of the
-original through the mask (feathered inward, as masks.feather_inward): where the original mask is 0 the original
+original through the mask (feathered inward, as pixels.feather_inward): where the original mask is 0 the original
 pixels come back bit-identical, at any photo size. Only the boxes are touched.
 """
 
@@ -25,7 +25,7 @@ import math
 from dataclasses import dataclass, field
 
 from ..errors import FillScopeInputError
-from ..masks import _as_mask, _as_rgb, feather_inward, require_finite
+from ..pixels import as_mask, as_rgb, feather_inward, require_finite
 from .regions import split_regions
 
 MAX_CROPS = 16  # crops of one call (one IMAGE batch): a noisy mask must not ask for thousands of model runs
@@ -267,14 +267,14 @@ def crop_for_inpaint(image, mask, *, context_mask=None, context_factor: float = 
     if image.dim() not in (3, 4):
         raise FillScopeInputError("image", f"expected an IMAGE [B,H,W,C], got shape {list(image.shape)}.",
                                   "connect a ComfyUI IMAGE.")
-    _as_rgb(image[..., :1, :1, :], notes)  # the IMAGE conventions (channels, notes), checked on one pixel
+    as_rgb(image[..., :1, :1, :], notes)  # the IMAGE conventions (channels, notes), checked on one pixel
     source = _source_rgb(image)  # the values as given: what stitch returns outside the mask (crops are clamped)
     b, height, width, _ = source.shape
-    m = _as_mask(mask, source.shape).to(source.device)
+    m = as_mask(mask, source.shape).to(source.device)
     ctx = None
     if context_mask is not None:
         try:
-            ctx = _as_mask(context_mask, source.shape).to(source.device)
+            ctx = as_mask(context_mask, source.shape).to(source.device)
         except FillScopeInputError as e:
             raise _renamed(e, "context_mask") from None
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from ..errors import FillScopeInputError
+from ..pixels import as_rgb, require_finite
 
 FILLS = ("edge", "colour", "mirror")
 MAX_PAD = 4096
@@ -84,8 +85,6 @@ def pad_for_outpaint(image, *, left: int = 0, top: int = 0, right: int = 0, bott
     import torch
     import torch.nn.functional as F
 
-    from ..masks import _as_rgb, require_finite
-
     if fill not in FILLS:
         raise FillScopeInputError("fill", f"unknown fill {fill!r}.", f"use one of {', '.join(FILLS)}.")
     for name, v in (("left", left), ("top", top), ("right", right), ("bottom", bottom), ("feather", feather)):
@@ -97,7 +96,7 @@ def pad_for_outpaint(image, *, left: int = 0, top: int = 0, right: int = 0, bott
         raise FillScopeInputError("colour", f"is {colour!r}; it must be three numbers from 0 to 1 (r, g, b).",
                                   "give an RGB colour, e.g. (0.5, 0.5, 0.5) for mid grey.")
     notes: list[str] = []
-    rgb = _as_rgb(image, notes)
+    rgb = as_rgb(image, notes)
     require_finite("image", rgb)
     b, h, w, _ = rgb.shape
     chw = rgb.permute(0, 3, 1, 2)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..errors import FillScopeInputError
-from ..masks import require_finite
+from ..pixels import require_finite
 
 
 @dataclass

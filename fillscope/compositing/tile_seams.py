@@ -36,6 +36,7 @@ texture washes the overlaps out (a ratio below 1), the gradient-domain solve kee
 from __future__ import annotations
 
 from ..errors import FillScopeInputError
+from ..pixels import dilate
 from . import tone
 
 # V-cycles from d = 0. The thin bands drop out of the coarse levels, so cycles after the second gain less than the
@@ -113,13 +114,11 @@ def poisson_seams(blended, tiles: list, images: list, weights: list, mask, *, ma
     out = blended.float().cpu().clone()
     if len(tiles) < 2:
         return out
-    from ..masks import _dilate
-
     gx, gy, overlap = tile_guidance(out, tiles, images, weights)
     covered = torch.zeros_like(overlap)
     for t in tiles:
         covered[t.box[1]:t.box[3], t.box[0]:t.box[2]] = True
-    grown = _dilate(overlap.float()[None, None], margin)[0, 0] > 0
+    grown = dilate(overlap.float()[None, None], margin)[0, 0] > 0
     rhs_all = _divergence(gx - (out[:, :, 1:] - out[:, :, :-1]), gy - (out[:, 1:] - out[:, :-1]))
     paste = (mask > 0).cpu().expand(out.shape[0], -1, -1)
     height, width = out.shape[1:3]

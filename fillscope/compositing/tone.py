@@ -27,6 +27,7 @@ returns the source there, bit-identical.
 from __future__ import annotations
 
 from ..errors import FillScopeInputError
+from ..pixels import dilate
 
 GAIN_RANGE = (0.5, 2.0)  # the std ratio's clamp: a ring of flat colour must not stretch the fill's contrast
 STD_FLOOR = 1.0  # Lab units added to both stds: a near-flat ring gives a gain near 1, not a division by ~0
@@ -89,13 +90,11 @@ def ring_mask(mask, width: int):
     """[B,H,W,1] bool: the pixels within `width` px outside `mask` ([B,H,W,1], 1 = repaint): mask == 0 there and
     a pixel with mask > 0 at most `width` px away along each axis (a square dilation, Chebyshev distance).
     Empty when the mask is empty or covers everything, or width is 0."""
-    from ..masks import _dilate
-
     if width < 0:
         raise FillScopeInputError("ring_width", f"is {width}; it must be 0 or more.", "use a ring of 1 px or more.")
     _check("mask", mask, 1)
     inside = (mask > 0).float().permute(0, 3, 1, 2)  # [B,1,H,W]
-    near = _dilate(inside, int(width)) > 0
+    near = dilate(inside, int(width)) > 0
     return (near & (inside == 0)).permute(0, 2, 3, 1)
 
 
