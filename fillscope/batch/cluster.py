@@ -118,11 +118,13 @@ class JobWorker:
         output, None on the other ranks."""
         from functools import partial
 
-        from ..parallel.ray_ranks import run_rank
+        from ..parallel.ray_ranks import raise_rank_errors, run_rank
         from .runner import compute_job
 
-        # compute_job returns every failure as the job's error, so run_rank's outcome is always ("ok", ...)
-        _, output = run_rank(rank, settings, partial(compute_job, job, self.cache, key=key, in_group=True), ())
+        # compute_job returns a job's failure as its error; what run_rank hands back besides "ok" (the group could
+        # not form: a lost peer) is raised here, as a failed task the driver reruns or reports
+        output = raise_rank_errors([run_rank(rank, settings, partial(compute_job, job, self.cache, key=key,
+                                                                      in_group=True), ())])
         if rank != 0:
             return None
         output.result.worker = f"{self.where()} (rank 0 of {settings[0]})"

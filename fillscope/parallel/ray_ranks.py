@@ -22,13 +22,18 @@ def rank_address() -> tuple[str, int]:
 
 def run_rank(rank: int, settings: tuple, fn, args):
     """`fn(*args)` as `rank` of the group `settings` (world_size, address, port, backend, timeout_s) describe:
-    ("ok", rank 0's result, else None) or ("input-error", the error's fields)."""
+    ("ok", rank 0's result, else None), ("input-error", the error's fields) or ("error", any other exception).
+    Another error comes back as a value, not raised: when one rank refuses an input and leaves the group, a rank
+    still connecting fails with a lost peer (gloo's "Connection closed by peer"), and the refusal must win over that
+    consequence whatever the order the ranks finish in (raise_rank_errors)."""
     world_size, address, port, backend, timeout_s = settings
     try:
         with process_group(rank, world_size, address, port, backend, timeout_s):
             result = fn(*args)
     except FillScopeInputError as e:
         return ("input-error", {"input_name": e.input_name, "problem": e.problem, "fix": e.fix})
+    except Exception as e:  # noqa: BLE001 - handed back to the driver, which raises it unless a rank refused an input
+        return ("error", e)
     return ("ok", result if rank == 0 else None)
 
 
@@ -48,10 +53,14 @@ class RankActor:
 
 
 def raise_rank_errors(outcomes: list) -> object:
-    """Rank 0's result, or the first rank's input error raised again as itself."""
+    """Rank 0's result; or the first rank's input error raised again as itself, before any rank's other error (a
+    peer lost because that rank left); or the first other error."""
     for status, value in outcomes:
         if status == "input-error":
             raise FillScopeInputError(**value)
+    for status, value in outcomes:
+        if status == "error":
+            raise value
     return outcomes[0][1]
 
 
