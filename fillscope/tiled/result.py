@@ -40,6 +40,19 @@ def window_records(tiles: list, mask) -> dict:
             for t in tiles}
 
 
+def drop_single_process_options(family_kwargs: dict) -> None:
+    """Mode shared runs its windows in one process without a step cache: step_cache other than off and parallel
+    other than 1 are refused by name; their neutral values are dropped from `family_kwargs` (in place)."""
+    from ..errors import FillScopeInputError
+
+    for name in ("step_cache", "parallel"):
+        if family_kwargs.get(name) not in (None, "off", 1):
+            raise FillScopeInputError(name, f"is {family_kwargs[name]!r}: tiled mode 'shared' runs its windows in "
+                                            "one process without a step cache.",
+                                      f"leave {name} unset, or use mode 'independent'.")
+        family_kwargs.pop(name, None)
+
+
 def schedule_counter(transformer, state: dict):
     """A denoiser's `schedule` hook that keeps the run's step count in state["steps"] (progress counts windows x
     steps; denoise < 1 runs fewer) and passes the sigmas on to the wrapped denoiser's own hook, if it has one."""
@@ -52,4 +65,4 @@ def schedule_counter(transformer, state: dict):
     return schedule
 
 
-__all__ = ["TiledResult", "schedule_counter", "transformer_tokens", "window_records"]
+__all__ = ["TiledResult", "drop_single_process_options", "schedule_counter", "transformer_tokens", "window_records"]

@@ -27,7 +27,7 @@ from ..pipelines import flux_fill
 from ..sampling import ExternalDenoiser
 from ..specs import FLUX_PATCH, flux_image_ids
 from ..vae_tiles import decode_tiled, encode_tiled
-from .result import TiledResult, schedule_counter, window_records
+from .result import TiledResult, drop_single_process_options, schedule_counter, window_records
 
 VAE_TILE = 1024  # px: the shared modes' default VAE tile; an image up to this a side is encoded / decoded whole
 VAE_OVERLAP = 0.125  # vae_tiles' own default blend
@@ -145,12 +145,7 @@ def run_shared(stack, prompt, image, mask, *, tile, overlap, seed, steps, callba
     the tiled VAE encode (`vae_tile` px tiles, family_kwargs; tiled_vae_calls), one sample_flux_fill over the
     whole latent with windowed_flux_denoiser, the tiled VAE decode, paste-back through the whole image's mask.
     Progress counts windows x steps (a raising callback stops the run between two window calls)."""
-    for name in ("step_cache", "parallel"):
-        if family_kwargs.get(name) not in (None, "off", 1):
-            raise FillScopeInputError(name, f"is {family_kwargs[name]!r}: tiled mode 'shared' runs its windows in "
-                                            "one process without a step cache.",
-                                      f"leave {name} unset, or use mode 'independent'.")
-        family_kwargs.pop(name, None)
+    drop_single_process_options(family_kwargs)
     timings, place = family_kwargs.pop("timings", None), family_kwargs.pop("place", None)
     vae_tile = family_kwargs.pop("vae_tile", VAE_TILE)
     unknown = sorted(set(family_kwargs) - {"guidance", "denoise"})

@@ -30,7 +30,7 @@ from ..observe import stage
 from ..pipelines import klein
 from ..sampling import ExternalDenoiser
 from ..specs import model_config
-from .result import TiledResult, schedule_counter, window_records
+from .result import TiledResult, drop_single_process_options, schedule_counter, window_records
 from .shared_flux_fill import VAE_TILE, tiled_vae_calls, token_windows
 
 # klein.run's options this mode takes (the edit: all but token_mask; strength must be 1, sample_klein says so)
@@ -138,12 +138,7 @@ def windowed_klein_denoiser(transformer, windows: list, token_grid: tuple, *, on
 def _check_options(family_kwargs: dict, options: dict, edit: bool) -> dict:
     """The options this mode takes (OPTIONS, vae_tile, timings, place; step_cache off, parallel 1), refused by name
     before anything runs; the edit takes no mask option and no token_mask (it has no mask)."""
-    for name in ("step_cache", "parallel"):
-        if family_kwargs.get(name) not in (None, "off", 1):
-            raise FillScopeInputError(name, f"is {family_kwargs[name]!r}: tiled mode 'shared' runs its windows in "
-                                            "one process without a step cache.",
-                                      f"leave {name} unset, or use mode 'independent'.")
-        family_kwargs.pop(name, None)
+    drop_single_process_options(family_kwargs)
     unknown = sorted(set(family_kwargs) - set(OPTIONS) - {"vae_tile", "timings", "place"})
     if unknown:
         raise FillScopeInputError(unknown[0], "is no option of klein's tiled mode 'shared'.",
