@@ -55,22 +55,29 @@ class CropForInpaint(FillScopeNode):
                 advanced(io.Int.Input("min_area", default=64, min=0, max=16_777_216, optional=True,
                                       tooltip="regions: holes of fewer pixels are dropped (not repainted).")),
                 advanced(io.Int.Input("merge_distance", default=32, min=0, max=4096, optional=True,
-                                      tooltip="regions: holes at most this many pixels apart are one region.")),
+                                      tooltip="regions and auto split: holes at most this many pixels apart are one "
+                                              "region.")),
+                *crop_option_inputs(),
             ],
             outputs=[io.Image.Output("crop"), io.Mask.Output("crop_mask"),
-                     Stitch.Output("stitch", display_name="stitch"), c.shapes_output()],
+                     Stitch.Output("stitch", display_name="stitch"), c.shapes_output(),
+                     io.Image.Output("preview", tooltip="The photo (long side at most 1024) with the mask tinted red "
+                                                        "(yellow: added by grow/fill_holes, blue: dropped by "
+                                                        "threshold) and each crop's box outlined.")],
         )
 
     @classmethod
     def run(cls, rec, image, mask, context_factor, padding, target, regions, context_mask=None, min_area=64,
-            merge_distance=32):
+            merge_distance=32, **options):
+        from ..fillscope.compositing.crop_preview import crop_preview
+
         rec.tensor("image", image, "input")
         rec.tensor("mask", mask, "input")
         if context_mask is not None:
             rec.tensor("context_mask", context_mask, "input")
         out = crop_for_inpaint(image, mask, context_mask=context_mask, context_factor=context_factor,
                                padding=padding, target_long_side=target, regions=regions, min_area=min_area,
-                               merge_distance=merge_distance)
+                               merge_distance=merge_distance, **{**CROP_OPTION_DEFAULTS, **options})
         record_crop(rec, out.record)
         for n in out.notes:
             if n not in rec.record["notes"]:
@@ -79,7 +86,74 @@ class CropForInpaint(FillScopeNode):
             rec.warn(w)
         rec.tensor("crop", out.image)
         rec.tensor("crop_mask", out.mask)
-        return out.image, out.mask, out.record
+        preview = crop_preview(out.record)
+        rec.tensor("preview", preview)
+        return out.image, out.mask, out.record, preview
+
+
+# the crop options beyond the box (all optional: a workflow saved before them loads and runs as it did, but for
+# min_scale's automatic split); engine names and defaults as crop_for_inpaint takes them
+CROP_OPTION_DEFAULTS = {"size_mode": "long side", "width": 1024, "height": 1024, "min_side": 0, "max_side": 0,
+                        "multiple": 16, "downscale": "bilinear", "upscale": "bilinear", "past_edge": "shift inside",
+                        "fill_colour": "#808080", "threshold": 0.0, "fill_holes": False, "grow": 0,
+                        "blend_outside": 0, "min_scale": 0.5}
+
+
+def crop_option_inputs():
+    """Mask preparation, output size, resampling, past the edge and the automatic split, as Crop For Inpaint offers
+    them (README's crop table names their ComfyUI-Inpaint-CropAndStitch equivalents)."""
+    from ..fillscope.compositing.crop_boxes import PAST_EDGE, SIZE_MODES
+    from ..fillscope.resample import FILTERS
+
+    d = CROP_OPTION_DEFAULTS
+    return [
+        io.Combo.Input("size_mode", options=list(SIZE_MODES), default=d["size_mode"], optional=True,
+                       tooltip="long side: the long side is target, the short side follows the box. fixed: exactly "
+                               "width x height. square: target x target. no resize: the photo's own pixels (scale 1), "
+                               "kept between min_side and max_side."),
+        advanced(io.Int.Input("width", default=d["width"], min=16, max=8192, step=16, optional=True,
+                              tooltip="size_mode fixed: the crop's width (a multiple of `multiple`).")),
+        advanced(io.Int.Input("height", default=d["height"], min=16, max=8192, step=16, optional=True,
+                              tooltip="size_mode fixed: the crop's height (a multiple of `multiple`).")),
+        advanced(io.Int.Input("min_side", default=d["min_side"], min=0, max=8192, optional=True,
+                              tooltip="size_mode no resize: a box whose long side is shorter is upscaled to this "
+                                      "(0: no limit).")),
+        advanced(io.Int.Input("max_side", default=d["max_side"], min=0, max=8192, optional=True,
+                              tooltip="size_mode no resize: a box whose long side is longer is downscaled to this "
+                                      "(0: no limit).")),
+        advanced(io.Int.Input("multiple", default=d["multiple"], min=1, max=512, optional=True,
+                              tooltip="Crop sides are multiples of this: 16 for FLUX and klein (8 px latent x 2 px "
+                                      "patch), 16 for SD3; the samplers refuse other sizes.")),
+        advanced(io.Combo.Input("downscale", options=list(FILTERS), default=d["downscale"], optional=True,
+                                tooltip="Resampling filter when a box is shrunk to the crop (and a crop shrunk back "
+                                        "into its box). Masks always use area averaging (0 and 1 stay exact).")),
+        advanced(io.Combo.Input("upscale", options=list(FILTERS), default=d["upscale"], optional=True,
+                                tooltip="Resampling filter when a box is enlarged to the crop (or a crop enlarged "
+                                        "back into its box).")),
+        advanced(io.Combo.Input("past_edge", options=list(PAST_EDGE), default=d["past_edge"], optional=True,
+                                tooltip="A context box that runs past the photo's border: shift inside (moved back "
+                                        "in; too big: stretched), edge pixels or fill colour (kept centred, the photo "
+                                        "extended there as context: mask 0, nothing pasted outside the photo).")),
+        advanced(io.String.Input("fill_colour", default=d["fill_colour"], optional=True,
+                                 tooltip="past_edge fill colour: the colour of the extension, #rrggbb.")),
+        advanced(io.Float.Input("threshold", default=d["threshold"], min=0.0, max=1.0, step=0.01, optional=True,
+                                tooltip="Mask values below this become 0 (a faint brush edge neither widens the box "
+                                        "nor is pasted): those pixels keep the source, exactly.")),
+        io.Boolean.Input("fill_holes", default=d["fill_holes"], optional=True,
+                         tooltip="Pixels the mask encloses are repainted too. They are pasted by Stitch: exact "
+                                 "outside the filled mask, not outside the mask as drawn."),
+        io.Int.Input("grow", default=d["grow"], min=0, max=1024, optional=True,
+                     tooltip="Grow the mask by this many px (a square), for what the model repaints AND what Stitch "
+                             "pastes: exact outside the grown mask, not outside the mask as drawn."),
+        io.Int.Input("blend_outside", default=d["blend_outside"], min=0, max=1024, optional=True,
+                     tooltip="Blend the fill into this many px outside the mask (the model repaints that band, "
+                             "Stitch ramps it out): kept pixels in the band are mixed, not exact; beyond it they are. "
+                             "0: the paste stays inside the mask (Stitch's feather ramps inward)."),
+        io.Float.Input("min_scale", default=d["min_scale"], min=0.0, max=4.0, step=0.05, optional=True,
+                       tooltip="Auto split: when one box would shrink the photo below this scale (crop px per photo "
+                               "px), separate holes get their own crops and a thin stroke is cut into pieces; a "
+                               "compact hole is never cut. 0: never split."),
+    ]
 
 
 def record_crop(rec, record) -> None:
@@ -88,6 +162,7 @@ def record_crop(rec, record) -> None:
     rec.fact("crop size", f"{record.crop_width}x{record.crop_height}")
     rec.fact("crops", len(record.crops))
     rec.fact("boxes", "; ".join(c.box_text() for c in record.crops))
+    rec.fact("mask in crop", "; ".join(f"{c.scale_text()}, {c.mask_text()}" for c in record.crops))
 
 
 class StitchNode(FillScopeNode):

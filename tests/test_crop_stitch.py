@@ -309,3 +309,265 @@ def test_tone_options_report_the_ring_delta_e_and_keep_the_outside_exact():
         after = float(result.info["ring delta E after"])
         assert after < before, (options, before, after)
         assert "ring delta E before" in result.crops[0]
+
+
+# ---- the crop options (issue 24), each on the four masks of crop_cases.py ----------------------------------------
+
+from crop_cases import CASES, case_mask  # noqa: E402
+from crop_cases import photo as smooth_photo  # noqa: E402
+
+from fillscope.compositing.crop_masks import mask_width  # noqa: E402
+from fillscope.compositing.crop_preview import crop_preview  # noqa: E402
+from fillscope.pixels import dilate  # noqa: E402
+from fillscope.resample import FILTERS  # noqa: E402
+
+SH, SW = 768, 1024  # the option tests' photo: the masks scale with it
+
+
+@pytest.fixture(scope="module")
+def small_photo():
+    return smooth_photo(SH, SW)
+
+
+def changed_pixels(result, source):
+    """[B,H,W] bool: where stitch changed the photo (bit patterns differ)."""
+    a = result.contiguous().view(torch.int32)
+    b = source.contiguous().view(torch.int32)
+    return (a != b).any(dim=-1)
+
+
+def inverted_crops(out):
+    """A 'generated' image that differs from the crop everywhere: the crop inverted."""
+    return 1.0 - out.image
+
+
+def soft_edged(mask, halo=6, value=0.05):
+    """The mask with a faint halo `halo` px wide (values `value`) around it: a soft brush edge."""
+    grown = dilate(mask[:, None], halo)[:, 0]
+    return torch.where(mask > 0, mask, grown * value)
+
+
+def holed(mask):
+    """The mask with a small hole punched at its thickest point (a disc of a sixth of its width)."""
+    import numpy as np
+    from scipy import ndimage
+
+    edt = ndimage.distance_transform_edt(np.pad(mask[0].numpy() > 0, 1))[1:-1, 1:-1]  # the border is outside
+    cy, cx = divmod(int(edt.argmax()), mask.shape[-1])
+    r = max(1, int(edt.max() / 3))  # a 5-px stroke keeps a pixel of mask on each side of the hole
+    ys, xs = torch.meshgrid(torch.arange(mask.shape[1]), torch.arange(mask.shape[2]), indexing="ij")
+    hole = ((ys - cy) ** 2 + (xs - cx) ** 2) <= r * r
+    return mask.masked_fill(hole[None], 0.0), hole[None]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_threshold_drops_a_faint_edge_from_the_box_and_the_paste(small_photo, case):
+    mask = case_mask(case, SH, SW)
+    soft = soft_edged(mask)
+    out = crop_for_inpaint(small_photo, soft, threshold=0.1, min_scale=0)
+    result = stitch(inverted_crops(out), out.record, feather=0)
+    changed = changed_pixels(result.image, small_photo)
+    assert not bool((changed & (mask == 0)).any())  # the halo keeps the source, exactly
+    assert bool(changed[mask > 0].all())
+    assert any("threshold 0.1" in n for n in out.notes)
+    plain = crop_for_inpaint(small_photo, soft, min_scale=0)  # without: the halo is pasted too
+    assert bool((changed_pixels(stitch(inverted_crops(plain), plain.record, feather=0).image, small_photo)
+                 & (soft > 0) & (mask == 0)).any())
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_fill_holes_repaints_what_the_mask_encloses_and_nothing_else(small_photo, case):
+    mask, hole = holed(case_mask(case, SH, SW))
+    out = crop_for_inpaint(small_photo, mask, fill_holes=True, min_scale=0)
+    changed = changed_pixels(stitch(inverted_crops(out), out.record, feather=0).image, small_photo)
+    assert bool(changed[hole].all())  # the hole is repainted
+    assert not bool((changed & (mask == 0) & ~hole).any())  # nothing outside the filled mask
+    without = crop_for_inpaint(small_photo, mask, min_scale=0)
+    kept = ~changed_pixels(stitch(inverted_crops(without), without.record, feather=0).image, small_photo)
+    assert bool(kept[hole].all())  # off: the hole keeps the source
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_grow_widens_what_stitch_pastes_and_the_outside_stays_exact_past_it(small_photo, case):
+    mask = case_mask(case, SH, SW)
+    out = crop_for_inpaint(small_photo, mask, grow=12, min_scale=0)
+    result = stitch(inverted_crops(out), out.record, feather=4)
+    changed = changed_pixels(result.image, small_photo)
+    grown = dilate(mask[:, None], 12)[:, 0] > 0
+    assert not bool((changed & ~grown).any())  # exact outside the grown mask
+    ring = grown & (mask == 0)
+    assert float(changed[ring].float().mean()) > 0.9  # the ring is pasted (not merely the model's repaint)
+    assert int(result.info["pasted outside the given mask"].split(" px")[0].replace(",", "")) == int(
+        (changed & (mask == 0)).sum())
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_blend_outside_mixes_a_band_outside_the_mask_and_keeps_the_rest_exact(small_photo, case):
+    n = 10
+    mask = case_mask(case, SH, SW)
+    out = crop_for_inpaint(small_photo, mask, blend_outside=n, min_scale=0)
+    result = stitch(inverted_crops(out), out.record, feather=4)
+    changed = changed_pixels(result.image, small_photo)
+    band = (dilate(mask[:, None], n)[:, 0] > 0) & (mask == 0)
+    assert not bool((changed & (mask == 0) & ~band).any())  # exact beyond the band
+    assert float(changed[band].float().mean()) > 0.8
+    # in the band the result lies between the source and the fill: a ramp, not a paste
+    gen = stitch(inverted_crops(out), out.record, feather=4)
+    assert gen.info["pasted outside the given mask"].startswith(f"{int((changed & band).sum()):,} px")
+    # the model repaints the band too: the crop's mask, in photo px, covers the mask grown by the band
+    (c,) = out.record.crops
+    grown_area = int((dilate(mask[:, None], n)[:, 0] > 0).sum())
+    assert int((out.mask > 0).sum()) / (c.scale_x * c.scale_y) >= 0.97 * grown_area
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("mode, kwargs, size", [
+    ("fixed", {"width": 768, "height": 512}, (512, 768)),
+    ("square", {"target_long_side": 512}, (512, 512)),
+    ("long side", {"target_long_side": 640, "multiple": 64}, None),
+])
+def test_size_modes_give_the_crop_size_they_promise_and_stitch_stays_exact(small_photo, case, mode, kwargs, size):
+    mask = case_mask(case, SH, SW)
+    out = crop_for_inpaint(small_photo, mask, size_mode=mode, min_scale=0, **kwargs)
+    h, w = out.image.shape[1:3]
+    if size is not None:
+        assert (h, w) == size
+    else:
+        assert max(h, w) == 640 and h % 64 == 0 and w % 64 == 0
+    for c in out.record.crops:  # one scale on both axes, within the aspect rounding, unless the photo is too small
+        if c.scale_x != pytest.approx(c.scale_y, rel=0.02):
+            assert c.height == SH or c.width == SW
+            assert any("stretched" in w for w in out.warnings)
+    changed = changed_pixels(stitch(inverted_crops(out), out.record).image, small_photo)
+    assert not bool((changed & (mask == 0)).any())
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_no_resize_keeps_the_photos_pixels_within_min_and_max_side(small_photo, case):
+    mask = case_mask(case, SH, SW)
+    out = crop_for_inpaint(small_photo, mask, size_mode="no resize", multiple=16, min_scale=0)
+    for c in out.record.crops:
+        assert c.scale_x == c.scale_y == 1.0 or c.height == SH or c.width == SW  # scale 1 unless the photo ends
+    assert out.image.shape[1] % 16 == 0 and out.image.shape[2] % 16 == 0
+    small = crop_for_inpaint(small_photo, mask, size_mode="no resize", max_side=256, min_scale=0)
+    assert max(small.image.shape[1:3]) <= 256
+    big = crop_for_inpaint(small_photo, mask, size_mode="no resize", min_side=1536, min_scale=0)
+    assert max(big.image.shape[1:3]) >= 1536
+    for o in (out, small, big):
+        changed = changed_pixels(stitch(inverted_crops(o), o.record).image, small_photo)
+        assert not bool((changed & (mask == 0)).any())
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_every_resampling_filter_crops_and_stitches_with_the_outside_exact(small_photo, case):
+    mask = case_mask(case, SH, SW)
+    crops = {}
+    for f in FILTERS:
+        out = crop_for_inpaint(small_photo, mask, downscale=f, upscale=f, target_long_side=512, min_scale=0)
+        assert 0.0 <= float(out.image.min()) and float(out.image.max()) <= 1.0  # lanczos' overshoot is clamped
+        changed = changed_pixels(stitch(inverted_crops(out), out.record).image, small_photo)
+        assert not bool((changed & (mask == 0)).any())
+        crops[f] = out.image
+    assert not torch.equal(crops["lanczos"], crops["nearest"])
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("past_edge", ["edge pixels", "fill colour"])
+def test_past_the_edge_the_photo_is_extended_and_stitch_pastes_inside_it_only(small_photo, case, past_edge):
+    mask = case_mask(case, SH, SW)
+    out = crop_for_inpaint(small_photo, mask, past_edge=past_edge, fill_colour="#ff0000", context_factor=2.5,
+                           min_scale=0)
+    result = stitch(inverted_crops(out), out.record)
+    assert result.image.shape == small_photo.shape
+    assert not bool((changed_pixels(result.image, small_photo) & (mask == 0)).any())
+    (c,) = out.record.crops
+    y0, x0 = c.top + c.height / 2, c.left + c.width / 2
+    rows, cols = (mask[0] > 0).nonzero()[:, 0], (mask[0] > 0).nonzero()[:, 1]
+    centre = ((rows.min() + rows.max() + 1) / 2, (cols.min() + cols.max() + 1) / 2)
+    if case == "border_blob":  # the box runs past the border: centred on the mask, not shifted
+        assert c.past_edge and abs(y0 - float(centre[0])) <= 1 and abs(x0 - float(centre[1])) <= 1
+        top_rows = int(round(-c.top * c.scale_y))  # crop rows above the photo
+        assert top_rows > 2
+        ext = out.image[0, : top_rows - 2]
+        if past_edge == "fill colour":
+            assert torch.allclose(ext, torch.tensor([1.0, 0.0, 0.0]).expand_as(ext), atol=1e-6)
+        assert float(out.mask[0, : top_rows - 2].max()) == 0.0  # context only
+        assert any("past the image's border" in n for n in out.notes)
+
+
+def test_the_crop_never_starves_the_model_on_the_four_masks_at_4096x3072():
+    big = smooth_photo(3072, 4096)
+    results = {}
+    for case in CASES:
+        mask = case_mask(case)
+        off = crop_for_inpaint(big, mask, min_scale=0)
+        on = crop_for_inpaint(big, mask)  # min_scale 0.5: the default
+        results[case] = (off, on)
+        for out in (off, on):
+            changed = changed_pixels(stitch(inverted_crops(out), out.record).image, big)
+            assert not bool((changed & (mask == 0)).any())
+            assert bool(changed[mask > 0].float().mean() > 0.99)
+    off, on = results["two_far_blobs"]
+    assert len(off.record.crops) == 1 and off.record.crops[0].scale <= 0.26  # the issue's 0.25 squeeze
+    assert len(on.record.crops) == 2 and min(c.scale for c in on.record.crops) >= 0.5
+    assert any("auto split" in n for n in on.notes)
+    off, on = results["stroke"]
+    assert len(off.record.crops) == 1 and off.record.crops[0].stroke_px < 8
+    assert any("masked detail is about" in w for w in off.warnings)
+    assert len(on.record.crops) > 1 and min(c.scale for c in on.record.crops) >= 0.5
+    assert min(c.stroke_px for c in on.record.crops) >= 2 * off.record.crops[0].stroke_px
+    assert not on.warnings
+    for case in ("blob", "border_blob"):  # a compact hole is never cut
+        off, on = results[case]
+        assert len(on.record.crops) == 1 and on.record.crops[0].as_dict() == off.record.crops[0].as_dict()
+    # the shapes facts' figures: scale and the mask's size in the crop
+    c = results["stroke"][1].record.crops[0]
+    assert c.mask_in_crop[0] > 0 and "strokes ~" in c.mask_text()
+
+
+def test_mask_width_measures_the_stroke_and_the_blob():
+    m = case_mask("stroke")[0]
+    assert 18 <= mask_width(m) <= 22
+    d = torch.zeros(400, 400)
+    ys, xs = torch.meshgrid(torch.arange(400), torch.arange(400), indexing="ij")
+    d[((ys - 200) ** 2 + (xs - 200) ** 2) <= 100**2] = 1
+    assert 195 <= mask_width(d) <= 201
+
+
+def test_the_preview_draws_the_mask_and_each_box_on_a_small_copy_of_the_photo():
+    big = smooth_photo(3072, 4096)
+    mask = case_mask("two_far_blobs")
+    out = crop_for_inpaint(big, mask, grow=8)
+    preview = crop_preview(out.record)
+    assert preview.shape == (1, 768, 1024, 3)
+    c = out.record.crops[1]
+    y, x = round(c.top / 4), round((c.left + c.width / 2) / 4)  # the top edge of box 1, in preview px
+    assert torch.allclose(preview[0, y, x], torch.tensor([1.0, 0.2, 0.9]))
+    r = out.record.crops[0]
+    cy, cx = round((0.18 * 3072) / 4), round((0.12 * 4096) / 4)  # a blob's centre: tinted red
+    px = preview[0, cy, cx]
+    assert float(px[0]) > float(px[1]) + 0.2 and r.image_index == 0
+
+
+@pytest.mark.parametrize("kwargs, name, text", [
+    ({"size_mode": "huge"}, "size_mode", "one of"),
+    ({"size_mode": "fixed", "width": 1000}, "width", "multiple of 16"),
+    ({"past_edge": "fill colour", "fill_colour": "nope"}, "fill_colour", "hex colour"),
+    ({"size_mode": "no resize", "min_side": 2048, "max_side": 1024}, "min_side", "more than max_side"),
+    ({"threshold": float("nan")}, "threshold", "from 0 to 1"),
+    ({"grow": -1}, "grow", "from 0 to 1024"),
+    ({"downscale": "hamming"}, "downscale", "lanczos"),
+    ({"min_scale": float("inf")}, "min_scale", "from 0 to 4"),
+    ({"multiple": 0}, "multiple", "from 1"),
+])
+def test_bad_crop_options_are_a_clear_error_naming_the_option(small_photo, kwargs, name, text):
+    with pytest.raises(FillScopeInputError) as e:
+        crop_for_inpaint(small_photo, case_mask("blob", SH, SW), **kwargs)
+    assert e.value.input_name == name and text in str(e.value) and "Fix:" in str(e.value)
+
+
+def test_a_threshold_that_drops_the_whole_mask_says_so():
+    image, mask = smooth_photo(SH, SW), case_mask("blob", SH, SW) * 0.05
+    with pytest.raises(FillScopeInputError) as e:
+        crop_for_inpaint(image, mask, threshold=0.1)
+    assert "threshold" in str(e.value) and e.value.input_name == "mask"

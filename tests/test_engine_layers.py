@@ -199,6 +199,7 @@ LAYERS = {
     "fillscope.models": 1, "fillscope.placement": 1, "fillscope.fp8": 1, "fillscope.checkpoints": 1,
     "fillscope.weights": 1,
     "fillscope.pixels": 1,  # IMAGE/MASK conventions and pixel helpers shared by masks and compositing/, below both
+    "fillscope.resample": 1,  # resampling filters (lanczos, bicubic, bilinear, area, nearest) as PIL has them
     "fillscope.text": 2, "fillscope.vae": 2, "fillscope.masks": 2, "fillscope.lora": 2,
     "fillscope.compositing": 2,
     "fillscope.vae_tiles": 2,  # tiled VAE encode/decode: memory bounded by one tile (issue 23)

@@ -25,7 +25,8 @@ import math
 from dataclasses import dataclass, field
 
 from ..errors import FillScopeInputError
-from ..pixels import as_mask, as_rgb, feather_inward, require_finite
+from ..pixels import as_mask, as_rgb, require_finite
+from .crop_boxes import CropSize, bbox_of, crop_size, cut_box, fit_box, parse_colour, union, wanted_size  # noqa: F401
 from .regions import split_regions
 
 MAX_CROPS = 16  # crops of one call (one IMAGE batch): a noisy mask must not ask for thousands of model runs
@@ -43,8 +44,31 @@ class CropBox:
     scale_y: float
     scale_x: float
     mask_pixels: int  # pixels of this crop's mask (> 0) in the original
-    region: int | None = None  # 0-based region of its image (regions mode), else None
-    mask: object = field(default=None, repr=False)  # [height, width] this crop's mask in its box, original values
+    region: int | None = None  # 0-based region (or piece) of its image when it has several crops, else None
+    mask: object = field(default=None, repr=False)  # [height, width] this crop's prepared mask in its box
+    mask_in_crop: tuple = (0, 0)  # (width, height) of the mask's bounding box in crop px
+    stroke_px: float = 0.0  # the mask's stroke width in crop px (crop_masks.mask_width)
+    image_height: int = 0  # of the photo: tells a box that runs past its border
+    image_width: int = 0
+
+    @property
+    def past_edge(self) -> bool:
+        return (self.top < 0 or self.left < 0 or self.top + self.height > self.image_height
+                or self.left + self.width > self.image_width)
+
+    def measure_in_crop(self, crop_mask) -> None:
+        """The mask's size in the crop: its bounding box and its stroke width, in crop px ([h,w] crop mask)."""
+        from .crop_boxes import bbox_of
+        from .crop_masks import mask_width
+
+        present = crop_mask > 0.5
+        box = bbox_of(present)
+        self.mask_in_crop = (0, 0) if box is None else (box[3] - box[1], box[2] - box[0])
+        self.stroke_px = mask_width(present)
+
+    def mask_text(self) -> str:
+        w, h = self.mask_in_crop
+        return f"mask {w}x{h} px in the crop, strokes ~{self.stroke_px:.0f} px"
 
     @property
     def scale(self) -> float:
@@ -61,7 +85,8 @@ class CropBox:
     def as_dict(self) -> dict:
         return {"image": self.image_index, "region": self.region, "top": self.top, "left": self.left,
                 "height": self.height, "width": self.width, "scale_y": self.scale_y, "scale_x": self.scale_x,
-                "mask_pixels": self.mask_pixels}
+                "mask_pixels": self.mask_pixels, "mask_in_crop": list(self.mask_in_crop),
+                "stroke_px": round(self.stroke_px, 1)}
 
 
 @dataclass
@@ -73,6 +98,14 @@ class StitchRecord:
     crop_height: int = 0
     crop_width: int = 0
     crops: list = field(default_factory=list)  # CropBox, in the order of the crop batch
+    given_mask: object = field(default=None, repr=False)  # [B,H,W] the mask as given, when preparation changed it
+    blend_outside: int = 0  # px outside the mask Stitch blends over (crop_masks.paste_alpha)
+    downscale: str = "bilinear"  # resampling filters (fillscope/resample.py), crop and stitch alike
+    upscale: str = "bilinear"
+
+    def __post_init__(self):
+        for c in self.crops:
+            c.image_height, c.image_width = self.height, self.width
 
     @property
     def height(self) -> int:
@@ -155,72 +188,22 @@ def _source_rgb(image):
     return image.float()
 
 
-# ---- geometry --------------------------------------------------------------------------------------------------
+# ---- resampling -------------------------------------------------------------------------------------------------
 
 
-def crop_size(box_h: int, box_w: int, target_long_side: int, multiple: int) -> tuple[int, int]:
-    """(height, width) of the crop for a box: long side = target, short side the nearest multiple (at least one)."""
-    if box_w >= box_h:
-        return max(multiple, round(target_long_side * box_h / box_w / multiple) * multiple), target_long_side
-    return target_long_side, max(multiple, round(target_long_side * box_w / box_h / multiple) * multiple)
-
-
-def fit_box(bbox, wanted_h, wanted_w, crop_h, crop_w, height, width):
-    """(top, left, h, w): a box holding `bbox` (y0, x0, y1, x1), at least wanted_h x wanted_w where the image allows,
-    with the crop's aspect ratio (in whole units of it when they fit: the same scale on both axes), centred on the
-    bbox and shifted to lie inside the image."""
-    y0, x0, y1, x1 = bbox
-    need_h, need_w = y1 - y0, x1 - x0
-    h, w = min(max(wanted_h, need_h), height), min(max(wanted_w, need_w), width)
-    aspect = crop_w / crop_h
-    if w < h * aspect:  # too narrow: widen, or (at the image's width) lower it back towards the aspect
-        w = min(width, round(h * aspect))
-        if w < h * aspect:
-            h = max(need_h, min(h, round(w / aspect)))
-    else:
-        h = min(height, round(w / aspect))
-        if w > h * aspect:
-            w = max(need_w, min(w, round(h * aspect)))
-    g = math.gcd(crop_h, crop_w)
-    unit_h, unit_w = crop_h // g, crop_w // g
-    k = max(-(-h // unit_h), -(-w // unit_w))
-    if k * unit_h <= height and k * unit_w <= width:
-        h, w = k * unit_h, k * unit_w
-    cy, cx = (y0 + y1) / 2, (x0 + x1) / 2
-    top = min(max(int(math.floor(cy - h / 2 + 0.5)), max(0, y1 - h)), min(y0, height - h))
-    left = min(max(int(math.floor(cx - w / 2 + 0.5)), max(0, x1 - w)), min(x0, width - w))
-    return top, left, h, w
-
-
-def _wanted(bbox, context_factor, padding, height, width):
-    y0, x0, y1, x1 = bbox
-    wh = math.ceil((y1 - y0) * context_factor + 2 * padding)
-    ww = math.ceil((x1 - x0) * context_factor + 2 * padding)
-    return min(max(wh, y1 - y0), height), min(max(ww, x1 - x0), width)
-
-
-def _bbox(present):
-    """(y0, x0, y1, x1) of the True pixels of a [H,W] bool tensor, or None."""
-    rows, cols = present.any(dim=1), present.any(dim=0)
-    if not bool(rows.any()):
-        return None
-    r, c = rows.nonzero(), cols.nonzero()
-    return int(r[0]), int(c[0]), int(r[-1]) + 1, int(c[-1]) + 1
-
-
-def _union(a, b):
-    if a is None or b is None:
-        return a or b
-    return min(a[0], b[0]), min(a[1], b[1]), max(a[2], b[2]), max(a[3], b[3])
-
-
-def resize_image(chw, height: int, width: int):
-    """[N,3,h,w] -> [N,3,height,width], bilinear, antialiased (a downscale averages), clamped to 0..1."""
+def resize_image(chw, height: int, width: int, filter: str = "bilinear"):
+    """[N,3,h,w] -> [N,3,height,width], clamped to 0..1 (lanczos and bicubic overshoot at edges). bilinear is
+    torch's antialiased interpolate (a downscale averages); the others resample.resize."""
     import torch.nn.functional as F
 
     if tuple(chw.shape[-2:]) == (height, width):
         return chw.clamp(0, 1)
-    return F.interpolate(chw, size=(height, width), mode="bilinear", align_corners=False, antialias=True).clamp(0, 1)
+    if filter == "bilinear":
+        return F.interpolate(chw, size=(height, width), mode="bilinear", align_corners=False,
+                             antialias=True).clamp(0, 1)
+    from ..resample import resize
+
+    return resize(chw, height, width, filter).clamp(0, 1)
 
 
 def resize_mask(m, height: int, width: int):
@@ -232,18 +215,34 @@ def resize_mask(m, height: int, width: int):
     return F.interpolate(m, size=(height, width), mode="area").clamp(0, 1)
 
 
+def _filter_for(src_h, src_w, dst_h, dst_w, downscale, upscale):
+    """The upscale filter when either side grows (as ComfyUI-Inpaint-CropAndStitch decides), else the downscale."""
+    return upscale if dst_h > src_h or dst_w > src_w else downscale
+
+
 # ---- crop -------------------------------------------------------------------------------------------------------
 
 
 def crop_for_inpaint(image, mask, *, context_mask=None, context_factor: float = 1.5, padding: int = 32,
                      target_long_side: int = 1024, multiple: int = 16, regions: bool = False, min_area: int = 64,
-                     merge_distance: int = 32, max_crops: int = MAX_CROPS) -> CropResult:
-    """Crops of `image` [B,H,W,C] around `mask` [B,H,W] (1 = repaint; any value > 0 is inside), each resized to
-    one size whose long side is `target_long_side` (a multiple of `multiple`). One crop per image, or with
-    regions=True one per region of each image's mask (regions.split_regions: min_area, merge_distance).
-    `context_mask` (optional, same size) only enlarges the box: what the model should see around the hole (with
-    regions, each region's box takes in the context mask's parts that overlap it)."""
+                     merge_distance: int = 32, max_crops: int = MAX_CROPS, threshold: float = 0.0,
+                     fill_holes: bool = False, grow: int = 0, blend_outside: int = 0, size_mode: str = "long side",
+                     width: int = 1024, height: int = 1024, min_side: int = 0, max_side: int = 0,
+                     past_edge: str = "shift inside", fill_colour: str = "#808080", downscale: str = "bilinear",
+                     upscale: str = "bilinear", min_scale: float = 0.5) -> CropResult:
+    """Crops of `image` [B,H,W,C] around `mask` [B,H,W] (1 = repaint; any value > 0 is inside), all at one size
+    (crop_boxes.CropSize: size_mode with target / width x height / min_side..max_side, sides multiples of
+    `multiple`). One crop per image, or with regions=True one per region of each image's mask
+    (regions.split_regions: min_area, merge_distance); a box that would fall under `min_scale` is split
+    (crop_split; 0: never). The mask is prepared first (crop_masks: threshold, fill_holes, grow; blend_outside
+    widens what the model repaints and what Stitch blends). `context_mask` (optional, same size) only enlarges the
+    box: what the model should see around the hole (with several crops, each box takes in the context mask's parts
+    that overlap it). past_edge: what a box that runs past the border does (crop_boxes.PAST_EDGE)."""
     import torch
+
+    from ..resample import FILTERS
+    from .crop_masks import check_prep_options, prepare_mask, repaint_mask
+    from .crop_split import split_starved
 
     _check_tensor("image", image, "IMAGE")
     _check_tensor("mask", mask, "MASK")
@@ -253,24 +252,32 @@ def crop_for_inpaint(image, mask, *, context_mask=None, context_factor: float = 
         raise FillScopeInputError("context_factor", f"is {context_factor!r}; it must be a number from 1 to 100.",
                                   "set context_factor to 1 (the mask's box only) or more (1.5: half as much again).")
     _whole("padding", padding, 0)
-    _whole("multiple", multiple, 1)
-    _whole("target", target_long_side, multiple)
-    if target_long_side % multiple:
-        raise FillScopeInputError("target", f"is {target_long_side}; it must be a multiple of {multiple}.",
-                                  f"set target to {target_long_side // multiple * multiple} or "
-                                  f"{-(-target_long_side // multiple) * multiple}.")
     _whole("max_crops", max_crops, 1, "crops")
+    size = CropSize(size_mode, target_long_side, width, height, min_side, max_side, multiple, past_edge,
+                    parse_colour(fill_colour) if past_edge == "fill colour" else (0.5, 0.5, 0.5))
+    size.check()
+    check_prep_options(threshold, fill_holes, grow, blend_outside)
+    for name, value in (("downscale", downscale), ("upscale", upscale)):
+        if value not in FILTERS:
+            raise FillScopeInputError(name, f"is {value!r}; it must be one of {', '.join(FILTERS)}.",
+                                      f"choose one of {', '.join(FILTERS)}.")
+    if isinstance(min_scale, bool) or not isinstance(min_scale, (int, float)) or not (
+            math.isfinite(min_scale) and 0 <= min_scale <= 4):
+        raise FillScopeInputError("min_scale", f"is {min_scale!r}; it must be a number from 0 to 4.",
+                                  "set min_scale to 0 (never split) or e.g. 0.5 (split a box scaled under half).")
     for name, t in (("image", image), ("mask", mask), ("context_mask", context_mask)):
         if t is not None:
             require_finite(name, t)
     notes: list[str] = []
+    warnings: list[str] = []
     if image.dim() not in (3, 4):
         raise FillScopeInputError("image", f"expected an IMAGE [B,H,W,C], got shape {list(image.shape)}.",
                                   "connect a ComfyUI IMAGE.")
     as_rgb(image[..., :1, :1, :], notes)  # the IMAGE conventions (channels, notes), checked on one pixel
     source = _source_rgb(image)  # the values as given: what stitch returns outside the mask (crops are clamped)
-    b, height, width, _ = source.shape
-    m = as_mask(mask, source.shape).to(source.device)
+    b, H, W, _ = source.shape
+    given = as_mask(mask, source.shape).to(source.device)
+    m = prepare_mask(given, threshold=threshold, fill_holes=fill_holes, grow=grow, notes=notes)
     ctx = None
     if context_mask is not None:
         try:
@@ -278,37 +285,44 @@ def crop_for_inpaint(image, mask, *, context_mask=None, context_factor: float = 
         except FillScopeInputError as e:
             raise _renamed(e, "context_mask") from None
 
-    # the boxes: (image index, region index or None, bbox of the mask or region, that bbox with its context, the
-    # Region or None)
+    def grown(bbox):  # the box the mask needs once blend_outside widens it (inside the image)
+        y0, x0, y1, x1 = bbox
+        n = blend_outside
+        return max(0, y0 - n), max(0, x0 - n), min(H, y1 + n), min(W, x1 + n)
+
+    def scale_of(bbox):
+        return size.scale_for(*wanted_size(grown(bbox), context_factor, padding, H, W, size.inside))
+
+    # the pieces: (image index, region index or None, Region, its box with blend band and context)
     wanted = []
     for i in range(b):
-        present = m[i] > 0
-        ctx_bbox = _bbox(ctx[i] > 0) if ctx is not None else None
-        if regions:
-            # each region's box takes in the parts of the context mask that overlap its own box
-            ctx_parts = ([(c.top, c.left, c.bottom, c.right) for c in split_regions(ctx[i], min_area=0, merge_distance=0)]
-                         if ctx_bbox is not None else [])
-            for r, region in enumerate(split_regions(m[i], min_area=min_area, merge_distance=merge_distance,
-                                                     notes=notes)):
-                bbox = grown = (region.top, region.left, region.bottom, region.right)
+        where = f"image {i}: " if b > 1 else ""
+        pieces = split_starved(m[i], regions=regions, min_area=min_area, merge_distance=merge_distance,
+                               min_scale=min_scale, scale_of=scale_of, max_pieces=max_crops, notes=notes, where=where)
+        ctx_bbox = bbox_of(ctx[i] > 0) if ctx is not None else None
+        ctx_parts = []
+        if ctx_bbox is not None and (regions or len(pieces) > 1):
+            ctx_parts = [(c.top, c.left, c.bottom, c.right) for c in split_regions(ctx[i], min_area=0, merge_distance=0)]
+        for r, piece in enumerate(pieces):
+            box = grown((piece.top, piece.left, piece.bottom, piece.right))
+            if ctx_parts:  # each crop takes in the parts of the context mask that overlap its own box
                 for part in ctx_parts:
-                    if part[0] < bbox[2] and bbox[0] < part[2] and part[1] < bbox[3] and bbox[1] < part[3]:
-                        grown = _union(grown, part)
-                wanted.append((i, r, bbox, grown, region))
-        else:
-            bbox = _bbox(present)
-            if bbox is not None:
-                wanted.append((i, None, bbox, _union(bbox, ctx_bbox), None))
-        if not any(w[0] == i for w in wanted) and b > 1:
+                    if part[0] < box[2] and box[0] < part[2] and part[1] < box[3] and box[1] < part[3]:
+                        box = union(box, part)
+            else:
+                box = union(box, ctx_bbox)
+            wanted.append((i, r if (regions or len(pieces) > 1) else None, piece, box))
+        if not pieces and b > 1:
             notes.append(f"image {i}: nothing to repaint" + (" (every region under min_area)" if regions and
-                         bool(present.any()) else " (empty mask)") + ": it comes back unchanged, no crop")
+                         bool((m[i] > 0).any()) else " (empty mask)") + ": it comes back unchanged, no crop")
     if not wanted:
         why = ("every region of the mask is smaller than min_area" if regions and bool((m > 0).any()) else
-               "the mask is empty (all 0)")
+               "the mask is empty (all 0)" + (" once threshold dropped its faint values" if bool((given > 0).any())
+                                              else ""))
         raise FillScopeInputError(
             "mask", f"nothing to crop: {why}, so there is no box to give the model.",
             "paint the hole to repaint (1 = repaint; LoadImage's mask is 1 - alpha)"
-            + (", or lower min_area." if regions else "."))
+            + (", or lower min_area." if regions else ", or lower threshold." if threshold > 0 else "."))
     if len(wanted) > max_crops:
         raise FillScopeInputError(
             "mask", f"has {len(wanted)} separate regions over the batch; at most {max_crops} crops are made in one "
@@ -316,61 +330,111 @@ def crop_for_inpaint(image, mask, *, context_mask=None, context_factor: float = 
             "raise merge_distance (nearby holes become one region) or min_area (specks are dropped), or turn "
             "regions off (one box around the whole mask).")
 
-    sizes = [_wanted(ctx_bbox, context_factor, padding, height, width) for _, _, _, ctx_bbox, _ in wanted]
-    largest = max(range(len(sizes)), key=lambda k: (sizes[k][0] * sizes[k][1], -k))
-    crop_h, crop_w = crop_size(*sizes[largest], target_long_side, multiple)
+    sizes = [wanted_size(box, context_factor, padding, H, W, size.inside) for *_, box in wanted]
+    crop_h, crop_w, same_scale = size.plan(sizes)
+    if same_scale is not None:  # "no resize": every box at the one scale the crop size was planned at
+        sizes = [(math.ceil(crop_h / same_scale - 1e-6), math.ceil(crop_w / same_scale - 1e-6))] * len(wanted)
 
     boxes, img_crops, mask_crops = [], [], []
     chw_all = source.permute(0, 3, 1, 2)
-    for (i, r, bbox, ctx_bbox, region), (wh, ww) in zip(wanted, sizes):
-        top, left, h, w = fit_box(ctx_bbox, wh, ww, crop_h, crop_w, height, width)
-        if region is None:
-            box_mask = m[i, top : top + h, left : left + w]
-        else:
-            box_mask = torch.zeros(h, w, dtype=m.dtype, device=m.device)
-            box_mask[region.top - top : region.bottom - top, region.left - left : region.right - left] = region.mask
+    for (i, r, piece, box), (wh, ww) in zip(wanted, sizes):
+        top, left, h, w = fit_box(box, wh, ww, crop_h, crop_w, H, W, size.inside)
+        box_mask = torch.zeros(h, w, dtype=m.dtype, device=m.device)
+        box_mask[piece.top - top : piece.bottom - top, piece.left - left : piece.right - left] = piece.mask
         crop = CropBox(i, top, left, h, w, crop_h / h, crop_w / w, int((box_mask > 0).sum()), r, box_mask)
         boxes.append(crop)
-        img_crops.append(resize_image(chw_all[i : i + 1, :, top : top + h, left : left + w].clamp(0, 1), crop_h,
-                                      crop_w))
-        mask_crops.append(resize_mask(box_mask[None, None], crop_h, crop_w))
-    record = StitchRecord(source, m, crop_h, crop_w, boxes)
-    warnings: list[str] = []
-    for c in boxes:
-        notes.append(f"{record._where(c)}{record.describe_crop(c)} ({c.box_text()})")
-    ups = [c for c in boxes if c.scale > 1.0001]
-    if ups:
-        notes.append(f"{len(ups)} of {len(boxes)} box{'es' if len(boxes) > 1 else ''} upscaled (up to "
-                     f"{max(c.scale for c in ups):.3g}x) so the model runs at its native size "
-                     f"({target_long_side} px long side); the result is scaled back down when stitched")
-    if any(not math.isclose(c.scale_x, c.scale_y, rel_tol=0.01) for c in boxes):
-        warnings.append("a box could not take the crop's aspect ratio inside the image: its crop is stretched "
-                        "(scales differ by more than 1 %); stitch undoes it")
-    if regions and len(boxes) > 1:
-        notes.append(f"{len(boxes)} regions cropped separately at one size ({crop_w}x{crop_h}: the largest box's)")
+        pixels = cut_box(chw_all[i : i + 1], top, left, h, w, size.past_edge, size.fill_colour).clamp(0, 1)
+        img_crops.append(resize_image(pixels, crop_h, crop_w, _filter_for(h, w, crop_h, crop_w, downscale, upscale)))
+        mask_crops.append(resize_mask(repaint_mask(box_mask, blend_outside)[None, None], crop_h, crop_w))
+    record = StitchRecord(source, m, crop_h, crop_w, boxes, given_mask=None if m is given else given,
+                          blend_outside=blend_outside, downscale=downscale, upscale=upscale)
+    for c, mc in zip(boxes, mask_crops):
+        c.measure_in_crop(mc[0, 0])
+        notes.append(f"{record._where(c)}{record.describe_crop(c)} ({c.box_text()}; {c.mask_text()})")
+    _size_notes(record, size, notes, warnings, min_scale)
     image_crops = torch.cat(img_crops).permute(0, 2, 3, 1).contiguous()
     mask_crop = torch.cat(mask_crops)[:, 0].contiguous()
     return CropResult(image_crops, mask_crop, record, notes, warnings)
 
 
+def _size_notes(record, size, notes, warnings, min_scale) -> None:
+    from .crop_split import THIN_PX
+
+    boxes = record.crops
+    ups = [c for c in boxes if c.scale > 1.0001]
+    if ups and size.mode != "no resize":
+        notes.append(f"{len(ups)} of {len(boxes)} box{'es' if len(boxes) > 1 else ''} upscaled (up to "
+                     f"{max(c.scale for c in ups):.3g}x) so the model runs at its native size "
+                     f"({record.crop_width}x{record.crop_height} crop); the result is scaled back down when stitched")
+    if any(not math.isclose(c.scale_x, c.scale_y, rel_tol=0.01) for c in boxes):
+        warnings.append("a box could not take the crop's aspect ratio inside the image: its crop is stretched "
+                        "(scales differ by more than 1 %); stitch undoes it (past_edge 'edge pixels' or 'fill "
+                        "colour' extends the image instead)")
+    if any(c.past_edge for c in boxes):
+        notes.append(f"{sum(c.past_edge for c in boxes)} box(es) run past the image's border: extended with "
+                     f"{size.past_edge} (context only: mask 0 there, nothing pasted outside the image)")
+    if len(boxes) > 1:
+        notes.append(f"{len(boxes)} crops at one size ({record.crop_width}x{record.crop_height}: planned on the "
+                     "largest box)")
+    for k, c in enumerate(boxes):
+        if c.stroke_px and c.stroke_px < THIN_PX / 4:
+            warnings.append(
+                f"crop {k}: the masked detail is about {c.stroke_px:.0f} px wide in the crop ({c.scale_text()}): "
+                "the model can hardly see it. Fix: raise min_scale (auto split), turn regions on, lower "
+                "context_factor or padding, or raise the crop size.")
+        elif min_scale and c.scale < min_scale:
+            notes.append(f"crop {k} is sampled at {c.scale_text()} (under min_scale {min_scale:g}): the hole itself "
+                         "is that big, and one hole is not cut; raise the crop size or use a tiled node for more "
+                         "detail")
+
+
 # ---- stitch -----------------------------------------------------------------------------------------------------
 
 
-def _paste_mask(record: StitchRecord, crop: CropBox, feather: int):
-    """[h,w,1] the crop's mask in its box, feathered inward over `feather` px; computed on the box grown by
-    `feather` px (inside the image) so the feather sees the mask's true neighbours, not the box's edge."""
+def _in_image(record: StitchRecord, crop: CropBox):
+    """(y0, y1, x0, x1) of the crop's box inside the photo: a box that runs past the border pastes only there."""
+    from .crop_boxes import in_image
+
+    return in_image(crop.top, crop.left, crop.height, crop.width, record.height, record.width)
+
+
+def _paste_area(record: StitchRecord, crop: CropBox, margin: int):
+    """(y0, y1, x0, x1) in photo px: where the crop can change anything, its mask's bounding box grown by
+    blend_outside + `margin` px, inside its box and the photo; None when its mask is empty. Only this area is
+    blended: the rest of a big box keeps the source without being computed."""
+    from .crop_boxes import bbox_of
+
+    box = bbox_of(crop.mask > 0)
+    if box is None:
+        return None
+    by0, bx0, by1, bx1 = box
+    grow = record.blend_outside + margin
+    iy0, iy1, ix0, ix1 = _in_image(record, crop)
+    y0, x0 = max(iy0, crop.top + by0 - grow), max(ix0, crop.left + bx0 - grow)
+    y1, x1 = min(iy1, crop.top + by1 + grow), min(ix1, crop.left + bx1 + grow)
+    return (y0, y1, x0, x1) if y0 < y1 and x0 < x1 else None
+
+
+def _paste_mask(record: StitchRecord, crop: CropBox, feather: int, area):
+    """[h,w,1] the paste weight (crop_masks.paste_alpha) on `area` (_paste_area); computed on it grown by
+    `feather + blend_outside` px (inside the photo, zero beyond the area: the mask is) so the ramp sees the mask's
+    true neighbours, not the area's edge."""
     import torch
 
-    m = crop.mask.float()
-    if feather <= 0:
+    from .crop_masks import paste_alpha
+
+    y0, y1, x0, x1 = area
+    m = crop.mask[y0 - crop.top : y1 - crop.top, x0 - crop.left : x1 - crop.left].float()
+    margin = feather + record.blend_outside
+    if margin <= 0:
         return m[..., None]
     H, W = record.height, record.width
-    t0, l0 = max(0, crop.top - feather), max(0, crop.left - feather)
-    b1, r1 = min(H, crop.top + crop.height + feather), min(W, crop.left + crop.width + feather)
+    t0, l0 = max(0, y0 - margin), max(0, x0 - margin)
+    b1, r1 = min(H, y1 + margin), min(W, x1 + margin)
     grown = torch.zeros(b1 - t0, r1 - l0, dtype=m.dtype, device=m.device)
-    grown[crop.top - t0 : crop.top - t0 + crop.height, crop.left - l0 : crop.left - l0 + crop.width] = m
-    soft = feather_inward(grown[None, None], feather)[0, 0]
-    return soft[crop.top - t0 : crop.top - t0 + crop.height, crop.left - l0 : crop.left - l0 + crop.width, None]
+    grown[y0 - t0 : y1 - t0, x0 - l0 : x1 - l0] = m
+    soft = paste_alpha(grown[None, None], feather, record.blend_outside)[0, 0]
+    return soft[y0 - t0 : y1 - t0, x0 - l0 : x1 - l0, None]
 
 
 def _tone(tone_match, poisson, generated, source, paste, ring_width):
@@ -425,30 +489,50 @@ def stitch(generated, record: StitchRecord, *, feather: int = 8, tone_match: boo
     gen = generated[..., :3].float().to(record.source.device)
     out = record.source.clone()
     result = StitchResult(out)
-    changed = 0
+    touched = torch.zeros(record.batch, record.height, record.width, dtype=torch.bool, device=out.device)
+    outside_given = 0
+    tone_margin = ring_width + 2 if (tone_match or poisson) else 0
     for i, crop in enumerate(record.crops):
-        box = (crop.image_index, slice(crop.top, crop.top + crop.height), slice(crop.left, crop.left + crop.width))
-        g = resize_image(gen[i : i + 1].permute(0, 3, 1, 2), crop.height, crop.width)[0].permute(1, 2, 0)
-        src = out[box]  # the source, or an earlier crop's pixels where its region reaches into this box
-        paste = _paste_mask(record, crop, feather).to(g.dtype)
         entry = {"crop": i, **crop.as_dict()}
+        result.crops.append(entry)
+        area = _paste_area(record, crop, tone_margin)
+        if area is None:
+            continue
+        y0, y1, x0, x1 = area
+        box = (crop.image_index, slice(y0, y1), slice(x0, x1))
+        back = _filter_for(record.crop_height, record.crop_width, crop.height, crop.width, record.downscale,
+                           record.upscale)
+        g = resize_image(gen[i : i + 1].permute(0, 3, 1, 2), crop.height, crop.width, back)[0].permute(1, 2, 0)
+        g = g[y0 - crop.top : y1 - crop.top, x0 - crop.left : x1 - crop.left]
+        src = out[box]  # the source, or an earlier crop's pixels where its region reaches into this box
+        paste = _paste_mask(record, crop, feather, area).to(g.dtype)
         if tone_match or poisson:
             g, facts = _tone(tone_match, poisson, g, record.source[box], paste, ring_width)
             entry.update(facts)
         blended = src * (1.0 - paste) + g * paste
         out[box] = torch.where(paste == 0, src, blended)
-        changed += int((paste > 0).sum())
-        result.crops.append(entry)
-    total = record.batch * record.height * record.width
-    result.kept_pixels = total - changed
+        pasted = paste[..., 0] > 0
+        touched[box] |= pasted
+        if record.given_mask is not None or record.blend_outside:
+            given = (record.given_mask if record.given_mask is not None else record.mask)[box]
+            outside_given += int((pasted & (given == 0)).sum())
+    result.kept_pixels = int((~touched).sum())
     result.info["crops"] = record.describe()
     result.info["kept pixels (exact source values)"] = f"{result.kept_pixels:,}"
+    if record.given_mask is not None or record.blend_outside:
+        # overlapping boxes may count a pixel twice; the figure is what the options moved past the given mask
+        result.info["pasted outside the given mask"] = (
+            f"{outside_given:,} px (grow / fill_holes / blend_outside: exact outside the prepared mask"
+            + (f" and its {record.blend_outside} px blend band)" if record.blend_outside else ")"))
     for key in ("ring delta E before", "ring delta E after"):
         values = [e[key] for e in result.crops if key in e]
         if values:
             result.info[key] = ", ".join("n/a (no ring)" if v != v else f"{v:.2f}" for v in values)
     if feather:
         result.notes.append(f"paste-back edge feathered {feather} px inward")
+    if record.blend_outside:
+        result.notes.append(f"paste blended over {record.blend_outside} px outside the mask (blend_outside): those "
+                            "kept pixels mix source and fill")
     if tone_match:
         result.notes.append(f"tone matched in CIELAB to the source on a {ring_width} px ring outside each mask")
     if poisson:
