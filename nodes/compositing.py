@@ -59,9 +59,9 @@ class CropForInpaint(FillScopeNode):
                                               "region.")),
                 *crop_option_inputs(),
             ],
-            outputs=[io.Image.Output("crop"), io.Mask.Output("crop_mask"),
+            outputs=[io.Image.Output("crop", display_name="crop"), io.Mask.Output("crop_mask", display_name="crop_mask"),
                      Stitch.Output("stitch", display_name="stitch"), c.shapes_output(),
-                     io.Image.Output("preview", tooltip="The photo (long side at most 1024) with the mask tinted red "
+                     io.Image.Output("preview", display_name="preview", tooltip="The photo (long side at most 1024) with the mask tinted red "
                                                         "(yellow: added by grow/fill_holes, blue: dropped by "
                                                         "threshold) and each crop's box outlined.")],
         )

@@ -155,8 +155,9 @@ def test_the_help_panel_shows_the_node_page_in_english_and_in_chinese(comfy_serv
             """(types) => { const g = window.app.graph, c = window.app.canvas; g.clear();
                  c.ds.scale = 1; c.ds.offset[0] = 0; c.ds.offset[1] = 0;
                  // right of the sidebar the help panel opens in, one below the other
-                 types.forEach((t, i) => { const n = window.LiteGraph.createNode(t);
-                   n.pos = [700, 120 + 330 * i]; g.add(n); });
+                 let y = 120;  // each node 90 px below the one above's real height (the crop node is tall)
+                 types.forEach((t) => { const n = window.LiteGraph.createNode(t);
+                   n.pos = [700, y]; g.add(n); y += n.size[1] + 90; });
                  c.setDirty(true, true); }""", list(BROWSER_NODES))
         try:
             for lang, order in (("en", BROWSER_NODES), ("zh", BROWSER_NODES[:2])):

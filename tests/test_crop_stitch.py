@@ -571,3 +571,39 @@ def test_a_threshold_that_drops_the_whole_mask_says_so():
     with pytest.raises(FillScopeInputError) as e:
         crop_for_inpaint(image, mask, threshold=0.1)
     assert "threshold" in str(e.value) and e.value.input_name == "mask"
+
+
+def test_fill_holes_gives_the_same_mask_with_and_without_scipy(monkeypatch):
+    from fillscope.compositing import crop_masks
+
+    ring = torch.zeros(1, 40, 40)
+    ring[0, 5:30, 5:30] = 1
+    ring[0, 8:27, 8:27] = 0  # a sealed hole
+    second = torch.zeros(1, 40, 40)
+    second[0, 10:20, 10:20] = 1
+    second[0, 12:18, 12:18] = 0
+    second[0, 11, 11] = 0  # a diagonal gap from the hole to the outside corner: open with an 8-connected background
+    second[0, 10, 10] = 0
+    with_scipy = [crop_masks.fill_enclosed(m) for m in (ring, second)]
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_scipy(name, *args, **kwargs):
+        if name.startswith("scipy"):
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_scipy)
+    without = [crop_masks.fill_enclosed(m) for m in (ring, second)]
+    assert all(torch.equal(a, b) for a, b in zip(with_scipy, without))
+    assert float(with_scipy[0][0, 15, 15]) == 1.0  # the sealed hole is filled
+    assert float(with_scipy[1][0, 15, 15]) == 0.0  # the hole with a diagonal way out is not
+
+
+def test_a_size_mode_checks_only_the_sizes_it_uses(small_photo):
+    mask = case_mask("blob", SH, SW)
+    assert max(crop_for_inpaint(small_photo, mask, multiple=40, target_long_side=320).image.shape[1:3]) == 320
+    assert crop_for_inpaint(small_photo, mask, size_mode="fixed", width=480, height=288,
+                            multiple=48).image.shape[1:3] == (288, 480)
+    assert crop_for_inpaint(small_photo, mask, size_mode="no resize", multiple=24).image.shape[1] % 24 == 0

@@ -64,7 +64,8 @@ class CropSize:
         _choice("size_mode", self.mode, SIZE_MODES)
         _choice("past_edge", self.past_edge, PAST_EDGE)
         _whole("multiple", self.multiple, 1, 1024)
-        for name in ("target", "width", "height"):
+        used = {"long side": ("target",), "square": ("target",), "fixed": ("width", "height")}.get(self.mode, ())
+        for name in used:  # only what the mode uses: a fixed size's width says nothing about a long side
             value = getattr(self, name)
             _whole(name, value, self.multiple, 16384)
             if value % self.multiple:

@@ -46,11 +46,11 @@ def _fill_holes_2d(binary):
     except ImportError:
         from .regions import label_components
 
-        labels, _ = label_components(~binary, use_scipy=False)  # 8-connected background: a hole must be sealed
+        labels, _ = label_components(~binary, use_scipy=False)  # 8-connected background, as scipy's path below
         border = np.unique(np.concatenate([labels[0], labels[-1], labels[:, 0], labels[:, -1]]))
         return binary | ~np.isin(labels, border)
-    # 4-connected background (scipy's default structure): a diagonal gap in the stroke still encloses the hole
-    return ndimage.binary_fill_holes(binary)
+    # the background 8-connected, as the fallback labels it: a diagonal gap in the stroke opens the hole either way
+    return ndimage.binary_fill_holes(binary, structure=np.ones((3, 3), dtype=bool))
 
 
 def fill_enclosed(mask):
