@@ -201,7 +201,21 @@ def main(argv=None) -> int:
                     default=CONNECT_TIMEOUT_S, metavar="SECONDS",
                     help=f"with --ray ADDRESS: seconds to wait for the cluster to answer, {BATCH['connect_timeout']} "
                          f"(default {CONNECT_TIMEOUT_S}); then exit 2 saying what to check")
+    cp = sub.add_parser("compare", help="run one job two ways and compare them boundary by boundary")
+    cp.add_argument("spec_a", type=text_arg, metavar="SPEC_A",
+                    help="run A: a JSON file or an inline JSON object (a batch job line plus implementation, "
+                         "storage, attention, blocks; docs/comparisons.md)")
+    cp.add_argument("spec_b", type=text_arg, metavar="SPEC_B", help="run B: the fields it changes (the rest is A's)")
+    cp.add_argument("--out", type=path_arg, default=Path("out"), metavar="DIR",
+                    help="where compare.json / .txt and the images go (default out)")
+    cp.add_argument("--tolerance", type=tolerance_arg, default=1e-4,
+                    help="relative error above which a boundary counts as different (default 1e-4)")
+    cp.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    cp.add_argument("--rows", type=whole_number(Range(1, 100000), "rows"), default=40,
+                    help="boundary rows printed (all are in the files; default 40)")
     args = ap.parse_args(argv)
+    if args.command == "compare":
+        return compare(args)
     if args.command == "demo-summary":
         return demo_summary(args.port, args.out, args.host)
     if args.command == "trace":
@@ -295,6 +309,49 @@ def default_tokenizers(jobs, manifest, *, strict: bool) -> None:
             job.error = str(p)
     if problems and strict:
         raise ManifestError(manifest, problems)
+
+
+def tolerance_arg(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not (0 < value < 1e6):  # NaN fails too
+        raise argparse.ArgumentTypeError(f"{text!r}: give a positive relative error, e.g. 1e-4")
+    return value
+
+
+def compare(args) -> int:
+    """`compare SPEC_A SPEC_B`: both runs, the boundary table and the image figures; exit 0 when every shared
+    boundary is within the tolerance, 1 when some differ, 2 for a spec that cannot run."""
+    from .compare.diff import format_table
+    from .compare.record import write_compare
+    from .compare.runs import run_compare
+    from .compare.spec import read_spec_text, specs_from
+
+    try:
+        out_folder(args.out)
+        a_obj, base_a = read_spec_text(args.spec_a, "SPEC_A")
+        b_obj, base_b = read_spec_text(args.spec_b, "SPEC_B")
+        spec_a, spec_b = specs_from(a_obj, b_obj, base_a, base_b)
+        default_tokenizers([spec_a.job, spec_b.job], "the compare specs", strict=True)
+        comparison, a, b = run_compare(spec_a, spec_b, tolerance=args.tolerance, device=args.device)
+        paths = write_compare(comparison, a, b, args.out)
+    except FillScopeInputError as e:
+        print(e, file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(os_message(e), file=sys.stderr)
+        return 2
+    print(f"A: {spec_a.describe()} ({a.seconds:.2f} s); B: {spec_b.describe()} ({b.seconds:.2f} s)")
+    print(comparison.headline())
+    print(format_table(comparison, args.rows))
+    if len(comparison.rows) > args.rows:
+        print(f"... {len(comparison.rows) - args.rows} more rows in {paths['text']}")
+    for n in comparison.notes:
+        print(f"note: {n}")
+    print("wrote " + ", ".join(str(p) for p in paths.values()))
+    return 1 if comparison.first_divergence else 0
 
 
 def trace_tokenizers(args) -> tuple:

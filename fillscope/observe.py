@@ -11,6 +11,15 @@ def observer_or_noop(observe):
     return observe if observe is not None else (lambda name, tensor: None)
 
 
+def observe_step(observe, i: int, denoiser_output, latent) -> None:
+    """Step i's denoiser output (the velocity the step takes, after CFG) and the latent after it, as
+    `step[i+1].denoiser` / `step[i+1].latent`, for observers that ask for every step (`per_step = True`: a
+    comparison); the shape records see step 1's tensors under their own names and skip these."""
+    if getattr(observe, "per_step", False):
+        observe(f"step[{i + 1}].denoiser", denoiser_output)
+        observe(f"step[{i + 1}].latent", latent)
+
+
 @contextmanager
 def timed(timings: dict | None, name: str):
     """Adds the wall time of the block to timings[name] when a dict is given. With CUDA in use the device is

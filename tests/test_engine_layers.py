@@ -206,7 +206,7 @@ LAYERS = {
     "fillscope.condition": 3, "fillscope.sampling": 3, "fillscope.decode": 3,
     "fillscope.parallel": 3, "fillscope.speed": 3,
     "fillscope.pipelines": 4,
-    "fillscope.trace": 5, "fillscope.batch": 5,
+    "fillscope.trace": 5, "fillscope.batch": 5, "fillscope.compare": 5,
     "fillscope.tiled": 5,  # large images by overlapping tiles: a family's `run` per tile, blended (issue 23)
     "fillscope.cli": 6, "fillscope.__main__": 6, "fillscope.comfyui_tokenizers": 6,
 }

@@ -35,7 +35,7 @@ from ..condition import ConditionSource
 from ..decode import SampledLatent, decode_to_image
 from ..errors import FillScopeInputError
 from ..masks import PreparedInput, require_grid
-from ..observe import observer_or_noop, stage
+from ..observe import observe_step, observer_or_noop, stage
 from ..parallel.context import check_parallel, context_parallel, rank_shapes
 from ..sampling import (
     ExternalDenoiser,
@@ -343,6 +343,7 @@ def sample_flux_fill(
             if soft is not None:
                 free = differential_mask(soft_packed, step_sigmas[i], sigma_first, sigma_end)
                 x = blend_with_source(x, source_packed, noise_packed, free, step_sigmas[i + 1])
+            observe_step(observe, i, velocity, x)
             if callback is not None:
                 callback(i + 1, run_steps)
     require_finite_result("transformer", x)

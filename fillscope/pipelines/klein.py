@@ -32,14 +32,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .. import speed
-from .. import text as text_ops
-from .. import vae as vae_ops
+from .. import speed, text as text_ops, vae as vae_ops  # noqa: I001
 from ..condition import ConditionSource
 from ..decode import SampledLatent, decode_to_image
 from ..errors import FillScopeInputError
 from ..masks import PreparedInput, check_reference_batches, prepare_reference, require_grid
-from ..observe import observer_or_noop, stage
+from ..observe import observe_step, observer_or_noop, stage
 from ..parallel.context import check_parallel, context_parallel, rank_shapes
 from ..sampling import (ExternalDenoiser, blend_with_source, check_external_options, check_finite_settings,
                         check_steps_and_denoise, describe_soft_mask, differential_mask, differential_range, euler_step,
@@ -473,6 +471,7 @@ def sample_klein(transformer: Component | ExternalDenoiser, text: KleinText, con
                 # unmasked tokens follow the source along the schedule (the clean source after the last step)
                 kept = _noised(source, noise_tokens, on_device[i + 1]) if i < run_steps - 1 else source
                 x = ((1 - mask) * kept + mask * x).to(x.dtype)
+            observe_step(observe, i, velocity, x)
             if callback is not None:
                 callback(i + 1, run_steps)
     require_finite_result("transformer", x)

@@ -36,7 +36,7 @@ from ..condition import ConditionSource
 from ..decode import SampledLatent, decode_to_image
 from ..errors import FillScopeInputError
 from ..masks import PreparedInput, require_grid
-from ..observe import observer_or_noop, stage
+from ..observe import observe_step, observer_or_noop, stage
 from ..parallel.cfg import check_cfg_parallel, gather_guidance_pair, rank_pass
 from ..sampling import (
     ExternalDenoiser,
@@ -54,8 +54,7 @@ from ..sampling import (
     starting_point,
     static_shift_sigma_min,
     static_shift_sigmas,
-    tell_schedule,
-)
+    tell_schedule)
 from ..specs import (MIN_SIDE, SideLimit, model_config, pos_embed_side_limit, scheduler_config, sd3_side_limit,
                      shipped_variant)
 from ..text import SD3TextCondition
@@ -517,6 +516,7 @@ def sample_sd3_controlnet_inpaint(
             if soft is not None:
                 free = differential_mask(soft_on_device, step_sigmas[i], sigma_first, sigma_end)
                 latents = blend_with_source(latents, source, noise, free, step_sigmas[i + 1])
+            observe_step(observe, i, velocity, latents)
             if callback is not None:
                 callback(i + 1, run_steps)
     require_finite_result("transformer", latents)

@@ -1,0 +1,68 @@
+"""A comparison's record: the JSON (schema fillscope.compare/1), the boundary table as text, and the images (A, B
+and the difference heat map) as PNGs, each written whole or not at all.
+
+The JSON holds both runs' definitions (what each spec said, B completed from A), their seconds and facts (storage,
+attention), the comparison (diff.Comparison.as_dict: every boundary with its figures, the first divergence, step and
+block, the image figures inside and outside the mask) and the provenance: measured in this run, on this device,
+with these versions.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+from pathlib import Path
+
+SCHEMA = "fillscope.compare/1"
+
+
+def _versions() -> dict:
+    from importlib import metadata
+
+    out = {"python": platform.python_version()}
+    for dist in ("torch", "diffusers", "transformers"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = None
+    return out
+
+
+def compare_document(comparison, a, b) -> dict:
+    """The JSON record of a comparison (a, b: runs.RunResult)."""
+    import datetime
+
+    def run(r):
+        return {"label": r.spec.label, "describe": r.spec.describe(), "spec": r.spec.line,
+                "implementation": r.spec.implementation, "dtype": r.spec.job.dtype, "storage": r.spec.storage,
+                "attention": r.spec.attention, "step_cache": r.spec.job.options.get("step_cache", "off"),
+                "seconds": round(r.seconds, 3), "facts": r.facts, "boundaries": len(r.capture.seen)}
+
+    return {"schema": SCHEMA, "provenance": {
+                "measured": "in this run", "date": datetime.datetime.now(datetime.timezone.utc).isoformat(
+                    timespec="seconds"), **_versions()},
+            "a": run(a), "b": run(b), "comparison": comparison.as_dict()}
+
+
+def write_compare(comparison, a, b, out_dir, name: str = "compare") -> dict:
+    """Writes <name>.json, <name>.txt, <name>_a.png, <name>_b.png and <name>_heatmap.png (no images for a shapes-only
+    comparison) into out_dir; returns {kind: path}."""
+    from ..batch.runner import png_bytes, write_atomic
+    from .diff import format_table
+    from .metrics import difference_heatmap
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    doc = compare_document(comparison, a, b)
+    paths = {"json": out / f"{name}.json", "text": out / f"{name}.txt"}
+    write_atomic(paths["json"], json.dumps(doc, indent=1, default=str).encode("utf-8"))
+    text = "\n".join([f"A: {a.spec.describe()} ({a.seconds:.2f} s)", f"B: {b.spec.describe()} ({b.seconds:.2f} s)",
+                      comparison.headline(), "", format_table(comparison)] + [f"note: {n}" for n in comparison.notes])
+    write_atomic(paths["text"], (text + "\n").encode("utf-8"))
+    if not comparison.shapes_only and tuple(a.image.shape) == tuple(b.image.shape):
+        heat, scale = difference_heatmap(a.image, b.image, a.mask)
+        for kind, img in (("a", a.image), ("b", b.image), ("heatmap", heat)):
+            paths[kind] = out / f"{name}_{kind}.png"
+            write_atomic(paths[kind], png_bytes(img[0], {"fillscope_compare": kind}))
+        doc["comparison"]["image"]["heatmap_scale"] = scale
+    return paths

@@ -1,0 +1,151 @@
+"""A run definition for a comparison: one batch job (docs/batches.md: family, models, image, mask, prompt, seed,
+steps, dtype and any node option, `step_cache` among them) plus how the run is made:
+
+- `implementation`: `fillscope` (the engine's pipeline) or `diffusers` (diffusers' own pipeline on the same loaded
+  components, in this process); ComfyUI's native model runs through the FillScope Compare node, not here;
+- `storage`: `as loaded` or `fp8_e4m3fn` (the blocks' weights kept in float8, as the loaders' storage option);
+- `attention`: a diffusers attention backend for the transformer (`native`, `_native_math`, ...; default: as
+  loaded);
+- `blocks`: true to capture every transformer block's output at every call.
+
+Run B is written as the fields it changes: what it does not set it takes from A. The job itself (image, mask,
+prompt, negative prompt, seed, steps and the size they give) must be the same in both: a B that changes one is
+refused naming the field, since the figures would then measure the job, not the implementation. Runs on meta
+weights (shapes, no values) may differ in image and mask: comparing the shapes at two sizes is what they are for.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import FillScopeInputError
+
+IMPLEMENTATIONS = ("fillscope", "diffusers")
+STORAGE = ("as loaded", "fp8_e4m3fn")
+RUN_FIELDS = {"implementation": "fillscope", "storage": "as loaded", "attention": None, "blocks": False}
+JOB_FIELDS = ("image", "mask", "prompt", "negative", "seed", "steps", "family")  # the same in A and B
+
+
+@dataclass
+class RunSpec:
+    label: str  # "A" or "B"
+    job: object  # batch.manifest.Job
+    implementation: str = "fillscope"
+    storage: str = "as loaded"
+    attention: str | None = None
+    blocks: bool = False
+    line: dict | None = None  # the spec as given (B: with A's fields filled in)
+
+    def describe(self) -> str:
+        parts = [self.implementation, self.job.dtype]
+        if self.storage != "as loaded":
+            parts.append(f"storage {self.storage}")
+        cache = self.job.options.get("step_cache", "off")
+        if cache != "off":
+            parts.append(f"step cache {cache}")
+        if self.attention:
+            parts.append(f"attention {self.attention}")
+        return ", ".join(parts)
+
+
+def read_spec_text(text: str, name: str) -> tuple[dict, Path]:
+    """A spec given on the command line: a JSON object inline (it starts with '{') or a JSON file's path ->
+    (the object, the folder its relative paths are read from)."""
+    if text.lstrip().startswith("{"):
+        raw, base = text, Path(".")
+    else:
+        path = Path(text)
+        try:
+            raw = path.read_text(encoding="utf-8")
+        except OSError as e:
+            raise FillScopeInputError(name, f"cannot be read: {e.strerror or e} ({path}).",
+                                      "give a JSON file's path or a JSON object such as '{\"dtype\": \"bf16\"}'.")
+        base = path.parent
+    try:
+        obj = json.loads(raw)
+    except json.JSONDecodeError as e:
+        raise FillScopeInputError(name, f"is not JSON: {e.msg} at line {e.lineno} column {e.colno}.",
+                                  "write the run as one JSON object (docs/batches.md's job fields plus "
+                                  "implementation, storage, attention, blocks).") from None
+    if not isinstance(obj, dict):
+        raise FillScopeInputError(name, f"is a JSON {type(obj).__name__}, not an object.",
+                                  "write the run as one JSON object.")
+    return obj, base
+
+
+def _run_fields(obj: dict, name: str) -> dict:
+    out = {}
+    for key, default in RUN_FIELDS.items():
+        value = obj.get(key, default)
+        if key == "implementation" and value not in IMPLEMENTATIONS:
+            fix = ("ComfyUI's native model is compared by the FillScope Compare node (its MODEL input)"
+                   if value == "native" else f"choose one of {', '.join(IMPLEMENTATIONS)}")
+            raise FillScopeInputError(f"{name}.implementation", f"is {value!r}.", fix + ".")
+        if key == "storage" and value not in STORAGE:
+            raise FillScopeInputError(f"{name}.storage", f"is {value!r}.", f"choose one of {', '.join(STORAGE)}.")
+        if key == "attention" and value is not None and (not isinstance(value, str) or not value.strip()
+                                                          or "\x00" in value):
+            raise FillScopeInputError(f"{name}.attention", f"is {value!r}.",
+                                      "name a diffusers attention backend, e.g. \"native\" or \"_native_math\".")
+        if key == "blocks" and not isinstance(value, bool):
+            raise FillScopeInputError(f"{name}.blocks", f"is {value!r}.", "set blocks to true or false.")
+        out[key] = value
+    return out
+
+
+def specs_from(a_obj: dict, b_obj: dict, base_a: Path = Path("."), base_b: Path = Path(".")) -> tuple:
+    """(RunSpec A, RunSpec B) from the two objects: each job checked as a batch manifest line is, B completed
+    from A, the job fields compared."""
+    from ..batch.manifest import job_from_line
+
+    # what B takes from A keeps A's folder: its relative paths are made absolute first
+    inherited = {k: _absolute(k, v, base_a) for k, v in a_obj.items() if k not in b_obj}
+    b_full = {**inherited, **b_obj}
+    both_meta = all(_all_meta(o.get("models")) for o in (a_obj, b_obj if "models" in b_obj else a_obj))
+    for key in JOB_FIELDS:
+        if both_meta and key in ("image", "mask"):
+            continue  # meta runs compare shapes: another image size is the point
+        if key in b_obj and b_obj[key] != a_obj.get(key):
+            raise FillScopeInputError(
+                f"B.{key}", f"is {b_obj[key]!r} but A's is {a_obj.get(key)!r}: a comparison runs one job two ways.",
+                f"leave {key} out of B (it takes A's), or compare two separate batch runs instead.")
+    specs = []
+    for label, obj, base in (("A", a_obj, base_a), ("B", b_full, base_b)):
+        line = {k: v for k, v in obj.items() if k not in RUN_FIELDS}
+        line.setdefault("id", f"compare-{label.lower()}")
+        job, problems = job_from_line(line, 0, base)
+        if problems:  # named as the spec's field: 'line 0, job "compare-a", field "seed"' -> 'A.seed'
+            p = problems[0]
+            field_name = p.input_name.rsplit("field ", 1)[-1].strip('"')
+            raise FillScopeInputError(f"{label}.{field_name}", p.problem, p.fix)
+        if job.tiles is not None or job.parallel != 1:
+            raise FillScopeInputError(f"{label}.tiles" if job.tiles is not None else f"{label}.parallel",
+                                      "is set: a comparison runs one image in one process, untiled.",
+                                      "leave tiles and parallel out of a compare spec.")
+        specs.append(RunSpec(label, job, line=obj, **_run_fields(obj, label)))
+    return tuple(specs)
+
+
+def _all_meta(models) -> bool:
+    if isinstance(models, dict):
+        return bool(models) and all(v == "meta" for v in models.values())
+    return models == "meta"
+
+
+PATH_FIELDS = ("image", "mask", "models", "tokenizers", "reference", "soft_mask")
+
+
+def _absolute(key: str, value, base: Path):
+    """A path-valued field with its relative paths read from `base` (meta, placeholder and alpha stay words)."""
+    from ..batch.manifest import resolve_path
+
+    def one(v):
+        if isinstance(v, str) and v not in ("meta", "placeholder", "alpha") and v:
+            return resolve_path(v, base)
+        return v
+
+    if key not in PATH_FIELDS:
+        return value
+    return {k: one(v) for k, v in value.items()} if isinstance(value, dict) else one(value)

@@ -1,0 +1,135 @@
+"""`python -m fillscope compare SPEC_A SPEC_B` (fillscope/compare): one job run two ways on a tiny fp32 FLUX.1 Fill
+folder, compared boundary by boundary: a run against itself is identical everywhere; bf16 against fp32, fp8 storage
+against as-loaded and a step cache against none each give per-boundary figures and image PSNR; two meta runs at
+1024 and 2048 list the shapes that change and those that stay; a B that changes the job is refused naming the field."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from fillscope.cli import main
+from tiny_flux import build_tiny_flux_fill_folder
+
+REPO = __import__("pathlib").Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory):
+    d = tmp_path_factory.mktemp("compare")
+    folder = build_tiny_flux_fill_folder(d / "flux", seed=0)
+    rng = np.random.default_rng(0)
+    Image.fromarray((rng.random((64, 96, 3)) * 255).astype(np.uint8)).save(d / "img.png")
+    m = np.zeros((64, 96), np.uint8)
+    m[16:48, 24:72] = 255
+    Image.fromarray(m).save(d / "mask.png")
+    spec = {"family": "flux-fill", "models": str(folder), "image": "img.png", "mask": "mask.png",
+            "prompt": "a red brick fireplace", "seed": 1, "steps": 3, "dtype": "fp32"}
+    (d / "a.json").write_text(json.dumps(spec))
+    return d
+
+
+def compare(job, b: dict, out: str, *extra) -> tuple[int, dict]:
+    code = main(["compare", str(job / "a.json"), json.dumps(b), "--out", str(job / out), *extra])
+    return code, json.loads((job / out / "compare.json").read_text())
+
+
+def rows(doc) -> dict:
+    return {r["name"]: r for r in doc["comparison"]["boundaries"]}
+
+
+def test_a_run_against_itself_is_identical_at_every_boundary_and_exits_0(job):
+    code, doc = compare(job, {}, "same")
+    c = doc["comparison"]
+    assert code == 0 and c["first_divergence"] is None
+    assert all(r["status"] == "same" and r["rel_err"] == 0.0 for r in c["boundaries"])
+    assert {"t5.hidden", "transformer.input", "step[3].denoiser", "step[3].latent", "decoded_image"} <= set(rows(doc))
+    assert c["image"]["psnr_inside"] == "inf" and c["image"]["ssim_all"] == 1.0
+    assert (job / "same" / "compare_heatmap.png").is_file() and (job / "same" / "compare.txt").is_file()
+
+
+def test_bf16_against_fp32_names_the_first_boundary_and_gives_every_steps_figures(job, capsys):
+    code, doc = compare(job, {"dtype": "bf16"}, "bf16")
+    c = doc["comparison"]
+    assert code == 1
+    r = rows(doc)
+    assert c["first_divergence"] == next(n for n, x in r.items() if x["status"] == "differs")
+    assert r["clip_l.input_ids"]["status"] == "same"  # token ids do not depend on the dtype
+    for i in (1, 2, 3):
+        assert 1e-4 < r[f"step[{i}].denoiser"]["rel_err"] < 0.5 and r[f"step[{i}].latent"]["cosine"] > 0.99
+    assert c["first_step"] == 1
+    assert 20 < c["image"]["psnr_inside"] < 100 and c["image"]["psnr_outside"] > 0
+    assert doc["a"]["dtype"] == "fp32" and doc["b"]["dtype"] == "bf16"
+    out = capsys.readouterr().out
+    assert "first divergence:" in out and "PSNR inside the mask" in out
+
+
+def test_fp8_storage_changes_the_transformer_boundaries_not_the_vae_ones(job):
+    code, doc = compare(job, {"storage": "fp8_e4m3fn"}, "fp8")
+    r = rows(doc)
+    assert code == 1 and doc["b"]["storage"] == "fp8_e4m3fn" and "transformer storage" in doc["b"]["facts"]
+    assert r["fill_condition"]["status"] == "same" and r["masked_image_latents"]["rel_err"] == 0.0
+    assert r["step[1].denoiser"]["status"] == "differs"
+    assert doc["comparison"]["image"]["psnr_inside"] not in ("inf", None)
+
+
+def test_a_step_cache_against_none_gives_per_step_figures(job):
+    code, doc = compare(job, {"step_cache": "taylorseer", "steps": 3}, "cache")
+    r = rows(doc)
+    assert doc["b"]["step_cache"] == "taylorseer"
+    assert all(f"step[{i}].denoiser" in r for i in (1, 2, 3))
+    assert isinstance(doc["comparison"]["image"]["psnr_all"], (float, str))
+
+
+def test_blocks_add_every_blocks_output_and_the_first_block_that_differs(job):
+    code, doc = compare(job, {"dtype": "bf16", "blocks": True}, "blocks")
+    names = set(rows(doc))
+    assert any(n.startswith("transformer.call[1].transformer_blocks.0") for n in names)
+    assert any(n.startswith("transformer.call[3].single_transformer_blocks.") for n in names)
+    assert doc["comparison"]["first_block"].startswith("transformer.call[1].")
+
+
+def test_two_meta_runs_at_1024_and_2048_list_the_shapes_that_change_and_those_that_stay(tmp_path):
+    for s in (1024, 2048):
+        Image.fromarray(np.zeros((s, s, 3), np.uint8)).save(tmp_path / f"m{s}.png")
+        m = np.zeros((s, s), np.uint8)
+        m[s // 4 : 3 * s // 4, s // 4 : 3 * s // 4] = 255
+        Image.fromarray(m).save(tmp_path / f"m{s}_mask.png")
+    a = {"family": "flux-fill", "models": "meta", "image": str(tmp_path / "m1024.png"),
+         "mask": str(tmp_path / "m1024_mask.png"), "prompt": "a lamp", "seed": 1, "steps": 1, "dtype": "bf16"}
+    b = {"image": str(tmp_path / "m2048.png"), "mask": str(tmp_path / "m2048_mask.png")}
+    main(["compare", json.dumps(a), json.dumps(b), "--out", str(tmp_path / "out")])
+    doc = json.loads((tmp_path / "out" / "compare.json").read_text())
+    r = rows(doc)
+    assert doc["comparison"]["shapes_only"] is True
+    assert r["transformer.input"]["shape_a"] == [1, 4096, 384] and r["transformer.input"]["shape_b"] == [1, 16384, 384]
+    assert r["transformer.input"]["status"] == "shapes differ"
+    assert r["t5.hidden"]["status"] == "same shape" and r["t5.hidden"]["shape_a"] == [1, 512, 4096]
+    assert "shapes only" in doc["comparison"]["headline"]
+    assert not (tmp_path / "out" / "compare_heatmap.png").exists()  # no values, no pictures
+
+
+@pytest.mark.parametrize("b, name, text", [
+    ({"seed": 2}, "B.seed", "one job two ways"),
+    ({"implementation": "native"}, "B.implementation", "FillScope Compare node"),
+    ({"storage": "fp4"}, "B.storage", "fp8_e4m3fn"),
+    ({"dtype": "fp64"}, "B.dtype", "bf16"),
+])
+def test_a_spec_that_cannot_run_exits_2_naming_its_field(job, capsys, b, name, text):
+    code = main(["compare", str(job / "a.json"), json.dumps(b), "--out", str(job / "bad")])
+    err = capsys.readouterr().err
+    assert code == 2 and f"'{name}'" in err and text in err and "Fix:" in err
+
+
+def test_the_command_line_prints_the_table_and_writes_the_record(job):
+    proc = subprocess.run([sys.executable, "-m", "fillscope", "compare", str(job / "a.json"), '{"dtype": "bf16"}',
+                           "--out", str(job / "cli"), "--rows", "5"], cwd=REPO, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 1, proc.stderr
+    assert "boundary" in proc.stdout and "more rows in" in proc.stdout and "first divergence" in proc.stdout
+    assert json.loads((job / "cli" / "compare.json").read_text())["schema"] == "fillscope.compare/1"
