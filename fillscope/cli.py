@@ -102,6 +102,12 @@ def out_folder(path: Path) -> None:
             return
 
 
+def refused(e: Exception) -> int:
+    """A bad input or an unreadable file: its one message on stderr, exit code 2."""
+    print(os_message(e) if isinstance(e, OSError) else e, file=sys.stderr)
+    return 2
+
+
 def os_message(e: OSError) -> str:
     """An OSError as one line: what failed and on which path, without the errno number."""
     where = " ".join(f"'{f}'" for f in (e.filename, e.filename2) if f)
@@ -252,12 +258,8 @@ def batch(args) -> int:
         # on Ray the workers hold the models (a driver without a GPU may run a --device cuda batch)
         cache = None if args.ray else ModelCache(args.max_resident, args.device)
         args.out.mkdir(parents=True, exist_ok=True)
-    except FillScopeInputError as e:
-        print(e, file=sys.stderr)
-        return 2
-    except OSError as e:
-        print(os_message(e), file=sys.stderr)
-        return 2
+    except (FillScopeInputError, OSError) as e:
+        return refused(e)
     if args.ray:
         from .batch.cluster import run_batch_on_ray
 
@@ -337,12 +339,8 @@ def compare(args) -> int:
         default_tokenizers([spec_a.job, spec_b.job], "the compare specs", strict=True)
         comparison, a, b = run_compare(spec_a, spec_b, tolerance=args.tolerance, device=args.device)
         paths = write_compare(comparison, a, b, args.out)
-    except FillScopeInputError as e:
-        print(e, file=sys.stderr)
-        return 2
-    except OSError as e:
-        print(os_message(e), file=sys.stderr)
-        return 2
+    except (FillScopeInputError, OSError) as e:
+        return refused(e)
     print(f"A: {spec_a.describe()} ({a.seconds:.2f} s); B: {spec_b.describe()} ({b.seconds:.2f} s)")
     print(comparison.headline())
     print(format_table(comparison, args.rows))
