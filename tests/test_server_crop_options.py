@@ -157,13 +157,16 @@ def small_run(server):
                               ("multiple", {"multiple": 40, "target": 320})):
             crop = crop_node(p, image, pl, **options)
             ids[mode, name] = {"crop": crop, "save": p.add("PreviewImage", images=[crop, 0])}
-    for name in ("blob", "two_far_blobs"):  # a downscaled box (scale 0.76) and two upscaled ones (1.5)
-        crop = crop_node(p, image, masks[f"plain_{name}"], downscale="lanczos", upscale="lanczos")
+    for name in CASES:  # target 240: every box is resampled (the border blob's is 256 px)
+        crop = crop_node(p, image, masks[f"plain_{name}"], downscale="lanczos", upscale="lanczos", target=240)
         ids["lanczos", name] = stitched(p, crop, f"lanczos_{name}")
     for how, extra in (("edge pixels", {}), ("fill colour", {"fill_colour": "#{:02x}{:02x}{:02x}".format(*FILL)})):
         crop = crop_node(p, image, masks["plain_border_blob"], past_edge=how, **extra)
         ids[how] = {**stitched(p, crop, how.replace(" ", "_")), "crop image": p.add("PreviewImage", images=[crop, 0]),
                     "preview": p.add("PreviewImage", images=[crop, 4])}
+        for name in CASES:  # every mask: a wide context runs past some border for each
+            crop = crop_node(p, image, masks[f"plain_{name}"], past_edge=how, context_factor=3.0, **extra)
+            ids[how, name] = stitched(p, crop, f"{how.replace(' ', '_')}_{name}")
     return server.run(p, timeout=300), ids
 
 
@@ -261,7 +264,7 @@ def test_size_modes_give_the_crop_sizes_they_promise(server, small_run, name):
     assert all((bh, bw) == (h, w) for _, _, bh, bw in boxes(doc))  # each box is the crop, pixel for pixel
 
 
-@pytest.mark.parametrize("name", ["blob", "two_far_blobs"])
+@pytest.mark.parametrize("name", CASES)
 def test_a_lanczos_crop_runs_and_keeps_the_outside_exact(server, small_run, name):
     entry, ids = small_run
     mask = loaded(f"plain_{name}") > 0
@@ -288,6 +291,15 @@ def test_past_edge_keeps_the_border_blob_centred_and_pastes_inside_the_photo_onl
         assert np.abs(corner - FILL).max() <= 1, corner
     else:
         assert np.abs(corner - PHOTO[0, -1].astype(int)).max() <= 8, corner  # the photo's corner repeated
+
+
+@pytest.mark.parametrize("how", ["edge pixels", "fill colour"])
+@pytest.mark.parametrize("name", CASES)
+def test_past_edge_on_every_mask_returns_the_photos_size_with_the_outside_exact(server, small_run, how, name):
+    entry, ids = small_run
+    mask = loaded(f"plain_{name}") > 0
+    got = changed(server, entry, ids[how, name])
+    assert not got[~mask].any() and got[mask].all()
 
 
 # ---- the automatic split at 4096x3072 --------------------------------------------------------------------------
