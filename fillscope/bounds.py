@@ -45,6 +45,12 @@ BATCH = {"workers": Range(1, 64), "max_resident": Range(1, 16), "connect_timeout
 # tokens, below which FLUX's schedule is extrapolated; 4096 px is 65,536 tokens) and the fraction of it shared
 # with a neighbour (0.5: every pixel sampled twice on each axis)
 TILED = {"tile": Range(256, 4096), "overlap": Range(0.0, 0.5)}
+# Crop For Inpaint's options beyond the box (compositing/crop_masks.py, crop_boxes.py, crop_split.py)
+CROP = {"threshold": Range(0.0, 1.0), "grow": Range(0, 1024), "blend_outside": Range(0, 1024),
+        "width": Range(16, 8192), "height": Range(16, 8192), "min_side": Range(0, 8192), "max_side": Range(0, 8192),
+        "multiple": Range(1, 512), "min_scale": Range(0.0, 4.0)}
+# FillScope Compare (compare/): the job both runs share and the tolerance a boundary is held to
+COMPARE = {"seed": SEED, "steps": STEPS, "tolerance": Range(1e-9, 1.0)}
 
 
 def _num(x) -> str:

@@ -14,8 +14,9 @@ def all_nodes() -> list:
     from . import inspect_values  # Inspect on any link (inspect_calls: what the Inspect nodes share)
     from . import inspect_clip, inspect_vae  # copies of ComfyUI's CLIP / VAE that record the calls later nodes make
     from . import tiled  # large images by overlapping tiles (issue 23)
+    from . import compare  # one job run two ways, boundary by boundary (issue 25)
 
     return [*loaders.NODES, *text.NODES, *flux_fill.NODES, *sd3_inpaint.NODES, *klein.NODES,
             *image.NODES, *inspect.NODES, *trace.NODES, *native.NODES, *lora.NODES, *compositing.NODES,
             *outpaint.NODES, *batch.NODES, *inspect_model.NODES, *inspect_values.NODES,
-            *inspect_clip.NODES, *inspect_vae.NODES, *tiled.NODES]
+            *inspect_clip.NODES, *inspect_vae.NODES, *tiled.NODES, *compare.NODES]

@@ -59,9 +59,9 @@ class CropForInpaint(FillScopeNode):
                                               "region.")),
                 *crop_option_inputs(),
             ],
-            outputs=[io.Image.Output("crop", display_name="crop"), io.Mask.Output("crop_mask", display_name="crop_mask"),
+            outputs=[io.Image.Output("crop"), io.Mask.Output("crop_mask"),
                      Stitch.Output("stitch", display_name="stitch"), c.shapes_output(),
-                     io.Image.Output("preview", display_name="preview", tooltip="The photo (long side at most 1024) with the mask tinted red "
+                     io.Image.Output("preview", tooltip="The photo (long side at most 1024) with the mask tinted red "
                                                         "(yellow: added by grow/fill_holes, blue: dropped by "
                                                         "threshold) and each crop's box outlined.")],
         )
@@ -105,23 +105,23 @@ def crop_option_inputs():
     from ..fillscope.compositing.crop_boxes import PAST_EDGE, SIZE_MODES
     from ..fillscope.resample import FILTERS
 
-    d = CROP_OPTION_DEFAULTS
+    d, B = CROP_OPTION_DEFAULTS, c.bounds.CROP
     return [
         io.Combo.Input("size_mode", options=list(SIZE_MODES), default=d["size_mode"], optional=True,
                        tooltip="long side: the long side is target, the short side follows the box. fixed: exactly "
                                "width x height. square: target x target. no resize: the photo's own pixels (scale 1), "
                                "kept between min_side and max_side."),
-        advanced(io.Int.Input("width", default=d["width"], min=16, max=8192, step=16, optional=True,
+        advanced(io.Int.Input("width", default=d["width"], min=B["width"].min, max=B["width"].max, step=16, optional=True,
                               tooltip="size_mode fixed: the crop's width (a multiple of `multiple`).")),
-        advanced(io.Int.Input("height", default=d["height"], min=16, max=8192, step=16, optional=True,
+        advanced(io.Int.Input("height", default=d["height"], min=B["height"].min, max=B["height"].max, step=16, optional=True,
                               tooltip="size_mode fixed: the crop's height (a multiple of `multiple`).")),
-        advanced(io.Int.Input("min_side", default=d["min_side"], min=0, max=8192, optional=True,
+        advanced(io.Int.Input("min_side", default=d["min_side"], min=B["min_side"].min, max=B["min_side"].max, optional=True,
                               tooltip="size_mode no resize: a box whose long side is shorter is upscaled to this "
                                       "(0: no limit).")),
-        advanced(io.Int.Input("max_side", default=d["max_side"], min=0, max=8192, optional=True,
+        advanced(io.Int.Input("max_side", default=d["max_side"], min=B["max_side"].min, max=B["max_side"].max, optional=True,
                               tooltip="size_mode no resize: a box whose long side is longer is downscaled to this "
                                       "(0: no limit).")),
-        advanced(io.Int.Input("multiple", default=d["multiple"], min=1, max=512, optional=True,
+        advanced(io.Int.Input("multiple", default=d["multiple"], min=B["multiple"].min, max=B["multiple"].max, optional=True,
                               tooltip="Crop sides are multiples of this: 16 for FLUX and klein (8 px latent x 2 px "
                                       "patch), 16 for SD3; the samplers refuse other sizes.")),
         advanced(io.Combo.Input("downscale", options=list(FILTERS), default=d["downscale"], optional=True,
@@ -136,20 +136,20 @@ def crop_option_inputs():
                                         "extended there as context: mask 0, nothing pasted outside the photo).")),
         advanced(io.String.Input("fill_colour", default=d["fill_colour"], optional=True,
                                  tooltip="past_edge fill colour: the colour of the extension, #rrggbb.")),
-        advanced(io.Float.Input("threshold", default=d["threshold"], min=0.0, max=1.0, step=0.01, optional=True,
+        advanced(io.Float.Input("threshold", default=d["threshold"], min=B["threshold"].min, max=B["threshold"].max, step=0.01, optional=True,
                                 tooltip="Mask values below this become 0 (a faint brush edge neither widens the box "
                                         "nor is pasted): those pixels keep the source, exactly.")),
         io.Boolean.Input("fill_holes", default=d["fill_holes"], optional=True,
                          tooltip="Pixels the mask encloses are repainted too. They are pasted by Stitch: exact "
                                  "outside the filled mask, not outside the mask as drawn."),
-        io.Int.Input("grow", default=d["grow"], min=0, max=1024, optional=True,
+        io.Int.Input("grow", default=d["grow"], min=B["grow"].min, max=B["grow"].max, optional=True,
                      tooltip="Grow the mask by this many px (a square), for what the model repaints AND what Stitch "
                              "pastes: exact outside the grown mask, not outside the mask as drawn."),
-        io.Int.Input("blend_outside", default=d["blend_outside"], min=0, max=1024, optional=True,
+        io.Int.Input("blend_outside", default=d["blend_outside"], min=B["blend_outside"].min, max=B["blend_outside"].max, optional=True,
                      tooltip="Blend the fill into this many px outside the mask (the model repaints that band, "
                              "Stitch ramps it out): kept pixels in the band are mixed, not exact; beyond it they are. "
                              "0: the paste stays inside the mask (Stitch's feather ramps inward)."),
-        io.Float.Input("min_scale", default=d["min_scale"], min=0.0, max=4.0, step=0.05, optional=True,
+        io.Float.Input("min_scale", default=d["min_scale"], min=B["min_scale"].min, max=B["min_scale"].max, step=0.05, optional=True,
                        tooltip="Auto split: when one box would shrink the photo below this scale (crop px per photo "
                                "px), separate holes get their own crops and a thin stroke is cut into pieces; a "
                                "compact hole is never cut. 0: never split."),

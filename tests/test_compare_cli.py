@@ -116,7 +116,7 @@ def test_two_meta_runs_at_1024_and_2048_list_the_shapes_that_change_and_those_th
 
 @pytest.mark.parametrize("b, name, text", [
     ({"seed": 2}, "B.seed", "one job two ways"),
-    ({"implementation": "native"}, "B.implementation", "FillScope Compare node"),
+    ({"implementation": "native"}, "B.implementation", "running ComfyUI"),
     ({"storage": "fp4"}, "B.storage", "fp8_e4m3fn"),
     ({"dtype": "fp64"}, "B.dtype", "bf16"),
 ])
@@ -133,3 +133,11 @@ def test_the_command_line_prints_the_table_and_writes_the_record(job):
     assert proc.returncode == 1, proc.stderr
     assert "boundary" in proc.stdout and "more rows in" in proc.stdout and "first divergence" in proc.stdout
     assert json.loads((job / "cli" / "compare.json").read_text())["schema"] == "fillscope.compare/1"
+
+
+def test_fillscope_against_diffusers_own_pipeline_is_identical_at_every_shared_boundary(job):
+    code, doc = compare(job, {"implementation": "diffusers"}, "diffusers")
+    shared = [r for r in doc["comparison"]["boundaries"] if r["status"] in ("same", "differs")]
+    assert code == 0 and len(shared) >= 20 and all(r["rel_err"] <= 1e-5 for r in shared)
+    assert doc["b"]["implementation"] == "diffusers" and doc["comparison"]["image"]["psnr_all"] in ("inf",) or \
+        doc["comparison"]["image"]["psnr_all"] > 100

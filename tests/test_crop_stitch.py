@@ -555,10 +555,10 @@ def test_the_preview_draws_the_mask_and_each_box_on_a_small_copy_of_the_photo():
     ({"past_edge": "fill colour", "fill_colour": "nope"}, "fill_colour", "hex colour"),
     ({"size_mode": "no resize", "min_side": 2048, "max_side": 1024}, "min_side", "more than max_side"),
     ({"threshold": float("nan")}, "threshold", "from 0 to 1"),
-    ({"grow": -1}, "grow", "from 0 to 1024"),
+    ({"grow": -1}, "grow", "0 to 1024"),
     ({"downscale": "hamming"}, "downscale", "lanczos"),
     ({"min_scale": float("inf")}, "min_scale", "from 0 to 4"),
-    ({"multiple": 0}, "multiple", "from 1"),
+    ({"multiple": 0}, "multiple", "1 to 512"),
 ])
 def test_bad_crop_options_are_a_clear_error_naming_the_option(small_photo, kwargs, name, text):
     with pytest.raises(FillScopeInputError) as e:

@@ -152,6 +152,8 @@ MIRRORS = {
     "FillScopeSD3ControlNetTiledInpaint": {**bounds.SD3_CONTROLNET, **bounds.MASK, **bounds.TILED},
     "FillScopeKleinTiledInpaint": {**{k: v for k, v in bounds.KLEIN.items() if k != "cache_threshold"},
                                    **bounds.MASK, **bounds.TILED},
+    # crop options (issue 24) and the comparison's job (issue 25)
+    "FillScopeCropForInpaint": bounds.CROP, "FillScopeCompare": bounds.COMPARE,
 }
 MENU_NODES = {"FillScopeFluxFillSampler": "flux-fill", "FillScopeKleinSampler": "klein-4b",
               "FillScopeSD3ControlNetInpaintSampler": "sd3-controlnet", "FillScopeFluxFillCondition": "flux-fill",

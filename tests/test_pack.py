@@ -44,6 +44,8 @@ NODE_IDS = sorted([
     "FillScopeInspectModel",
     # ComfyUI's own values, CLIP and VAE inspected (issue 21)
     "FillScopeInspect", "FillScopeInspectCLIP", "FillScopeInspectVAE",
+    # one job run two ways, boundary by boundary (issue 25)
+    "FillScopeFluxFillCompareRun", "FillScopeSD3ControlNetCompareRun", "FillScopeKleinCompareRun", "FillScopeCompare",
 ])
 
 

@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 
 from .capture import BoundaryCapture
+from .variants import attention_backend
 
 
 @dataclass
@@ -29,7 +30,7 @@ class RunResult:
 def _stack_for(spec, device: str, cache: dict):
     from ..batch.runner import load_stack, stack_key
 
-    key = (stack_key(spec.job), spec.storage, spec.attention)
+    key = (stack_key(spec.job), spec.storage)
     if key not in cache:
         cache.clear()  # one stack at a time: B's replaces A's when they differ
         stack = load_stack(spec.job, device)
@@ -40,28 +41,55 @@ def _stack_for(spec, device: str, cache: dict):
             for name in ("transformer", "t5", "qwen3"):
                 if name in stack:
                     facts[f"{name} storage"] = store_blocks_in_fp8(stack[name])
-        if spec.attention:
-            _set_attention(stack["transformer"], spec.attention)
-            facts["attention"] = spec.attention
         cache[key] = (stack, facts)
     return cache[key]
 
 
-def _set_attention(comp, backend: str) -> None:
-    from ..errors import FillScopeInputError
+def run_on_stack(family: str, stack: dict, prompt: str, prepared, *, steps: int, seed: int,
+                 implementation: str = "fillscope", blocks: bool = False, attention: str | None = None, spec=None,
+                 facts: dict | None = None, **run_kw) -> RunResult:
+    """One side of a comparison on a loaded stack: the family's pipeline (`family` = its module name in
+    fillscope/pipelines) or diffusers' own (implementation "diffusers"), observed by a BoundaryCapture. run_kw: the
+    family's `run` options (guidance, cfg, step_cache, negative_prompt, ...)."""
+    from ..pipelines import PIPELINES
 
-    model = comp.model
-    if not hasattr(model, "set_attention_backend"):
-        raise FillScopeInputError("attention", f"this diffusers version's {type(model).__name__} has no attention "
-                                               "backends to choose from.", "leave attention out of the spec.")
+    pipeline = next(p for p in PIPELINES.values() if p.__name__.rsplit(".", 1)[-1] == family)
+    capture = BoundaryCapture()
+    if blocks:
+        capture.hook_blocks(stack["transformer"].model)
+    start = time.perf_counter()
     try:
-        model.set_attention_backend(backend)
-    except (ValueError, ImportError, RuntimeError) as e:
-        raise FillScopeInputError("attention", f"is {backend!r}: diffusers refused it ({e}).",
-                                  "name a backend diffusers offers here, e.g. \"native\" or \"_native_math\".") from None
+        with attention_backend(stack["transformer"], attention):
+            image_out = _run(pipeline, family, stack, prompt, prepared, steps, seed, implementation, capture, run_kw)
+    finally:
+        capture.remove_hooks()
+    seconds = time.perf_counter() - start
+    repaint = prepared.paste_mask[..., 0]
+    facts = {**(facts or {}), **({"attention": attention} if attention else {})}
+    return RunResult(spec, capture, image_out.float().cpu(), repaint.float().cpu(), seconds, facts)
+
+
+def _run(pipeline, family, stack, prompt, prepared, steps, seed, implementation, capture, run_kw):
+    if implementation == "diffusers":
+        from ..errors import FillScopeInputError
+        from .diffusers_runs import run_diffusers
+
+        kw = dict(run_kw)
+        callback = kw.pop("callback", None)  # the node's progress: diffusers' loop reports no steps to it
+        if kw.pop("step_cache", "off") != "off":
+            raise FillScopeInputError("step_cache", "is set on the diffusers run: diffusers' pipeline is run as it "
+                                                    "comes, without FillScope's step cache hooks.",
+                                      "set step_cache off for the diffusers run (compare caches on FillScope runs).")
+        kw.pop("cache_threshold", None)
+        image = run_diffusers(family, stack, prompt, prepared, steps=steps, seed=seed, capture=capture, **kw)
+        if callback is not None:
+            callback(steps, steps)
+        return image.permute(0, 2, 3, 1)  # [B,3,H,W] -> IMAGE [B,H,W,3], as FillScope's run gives it
+    return pipeline.run(stack, prompt, prepared, steps=steps, seed=seed, observe=capture, **run_kw).image
 
 
 def run_spec(spec, *, device: str = "auto", cache: dict | None = None) -> RunResult:
+    """A RunSpec (a batch job plus how to run it) on its stack (loaded, or the cache's when A's is the same)."""
     from ..batch.images import load_image, load_mask
     from ..batch.manifest import mask_options
     from ..batch.runner import family_options
@@ -72,27 +100,11 @@ def run_spec(spec, *, device: str = "auto", cache: dict | None = None) -> RunRes
     mask = load_mask(job.mask, job.image)
     mask_kw = {engine: job.options[name] for name, (engine, _) in mask_options().items() if name in job.options}
     prepared = prepare_image_and_mask(image, mask, **mask_kw)
-    run_kw = family_options(job)
     stack, facts = _stack_for(spec, device, {} if cache is None else cache)
-    capture = BoundaryCapture()
-    if spec.blocks:
-        capture.hook_blocks(stack["transformer"].model)
-    start = time.perf_counter()
-    try:
-        if spec.implementation == "diffusers":
-            from .diffusers_runs import run_diffusers
-
-            image_out = run_diffusers(job.pipeline.__name__.rsplit(".", 1)[-1], stack, job.prompt, prepared,
-                                      steps=job.steps, seed=job.seed, capture=capture, **run_kw)
-        else:
-            done = job.pipeline.run(stack, job.prompt, prepared, steps=job.steps, seed=job.seed, observe=capture,
-                                    **run_kw)
-            image_out = done.image
-    finally:
-        capture.remove_hooks()
-    seconds = time.perf_counter() - start
-    repaint = prepared.paste_mask[..., 0] if prepared.paste_mask is not None else mask
-    return RunResult(spec, capture, image_out.float().cpu(), repaint.float().cpu(), seconds, facts)
+    return run_on_stack(job.pipeline.__name__.rsplit(".", 1)[-1], stack, job.prompt, prepared, steps=job.steps,
+                        seed=job.seed, implementation=spec.implementation, blocks=spec.blocks,
+                        attention=spec.attention, spec=spec, facts=facts,
+                        **family_options(job))
 
 
 def run_compare(spec_a, spec_b, *, tolerance: float = 1e-4, device: str = "auto"):

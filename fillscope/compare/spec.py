@@ -2,7 +2,7 @@
 steps, dtype and any node option, `step_cache` among them) plus how the run is made:
 
 - `implementation`: `fillscope` (the engine's pipeline) or `diffusers` (diffusers' own pipeline on the same loaded
-  components, in this process); ComfyUI's native model runs through the FillScope Compare node, not here;
+  components, in this process); ComfyUI's own model needs a running ComfyUI and is not a run this command makes;
 - `storage`: `as loaded` or `fp8_e4m3fn` (the blocks' weights kept in float8, as the loaders' storage option);
 - `attention`: a diffusers attention backend for the transformer (`native`, `_native_math`, ...; default: as
   loaded);
@@ -80,8 +80,9 @@ def _run_fields(obj: dict, name: str) -> dict:
     for key, default in RUN_FIELDS.items():
         value = obj.get(key, default)
         if key == "implementation" and value not in IMPLEMENTATIONS:
-            fix = ("ComfyUI's native model is compared by the FillScope Compare node (its MODEL input)"
-                   if value == "native" else f"choose one of {', '.join(IMPLEMENTATIONS)}")
+            fix = ("ComfyUI's own model needs a running ComfyUI: compare it there (not yet offered), here choose "
+                   f"one of {', '.join(IMPLEMENTATIONS)}" if value == "native"
+                   else f"choose one of {', '.join(IMPLEMENTATIONS)}")
             raise FillScopeInputError(f"{name}.implementation", f"is {value!r}.", fix + ".")
         if key == "storage" and value not in STORAGE:
             raise FillScopeInputError(f"{name}.storage", f"is {value!r}.", f"choose one of {', '.join(STORAGE)}.")

@@ -261,9 +261,10 @@ def crop_for_inpaint(image, mask, *, context_mask=None, context_factor: float = 
         if value not in FILTERS:
             raise FillScopeInputError(name, f"is {value!r}; it must be one of {', '.join(FILTERS)}.",
                                       f"choose one of {', '.join(FILTERS)}.")
-    if isinstance(min_scale, bool) or not isinstance(min_scale, (int, float)) or not (
-            math.isfinite(min_scale) and 0 <= min_scale <= 4):
-        raise FillScopeInputError("min_scale", f"is {min_scale!r}; it must be a number from 0 to 4.",
+    from ..bounds import CROP, number_problem
+
+    if number_problem(min_scale, CROP["min_scale"]):
+        raise FillScopeInputError("min_scale", f"is {min_scale!r}: it {number_problem(min_scale, CROP['min_scale'])}.",
                                   "set min_scale to 0 (never split) or e.g. 0.5 (split a box scaled under half).")
     for name, t in (("image", image), ("mask", mask), ("context_mask", context_mask)):
         if t is not None:

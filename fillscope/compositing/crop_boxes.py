@@ -61,19 +61,21 @@ class CropSize:
     fill_colour: tuple = (0.5, 0.5, 0.5)
 
     def check(self) -> None:
+        from ..bounds import CROP, Range
+
         _choice("size_mode", self.mode, SIZE_MODES)
         _choice("past_edge", self.past_edge, PAST_EDGE)
-        _whole("multiple", self.multiple, 1, 1024)
+        _whole("multiple", self.multiple, CROP["multiple"])
         used = {"long side": ("target",), "square": ("target",), "fixed": ("width", "height")}.get(self.mode, ())
         for name in used:  # only what the mode uses: a fixed size's width says nothing about a long side
             value = getattr(self, name)
-            _whole(name, value, self.multiple, 16384)
+            _whole(name, value, Range(self.multiple, CROP.get(name, CROP["width"]).max))
             if value % self.multiple:
                 raise FillScopeInputError(name, f"is {value}; it must be a multiple of {self.multiple} (multiple).",
                                           f"set {name} to {value // self.multiple * self.multiple} or "
                                           f"{-(-value // self.multiple) * self.multiple}.")
         for name in ("min_side", "max_side"):
-            _whole(name, getattr(self, name), 0, 16384)
+            _whole(name, getattr(self, name), CROP[name])
         if self.min_side and self.max_side and self.min_side > self.max_side:
             raise FillScopeInputError("min_side", f"is {self.min_side}, more than max_side {self.max_side}.",
                                       "set min_side at most max_side (or either to 0: no limit).")
@@ -120,10 +122,12 @@ class CropSize:
         return crop_h, crop_w, s
 
 
-def _whole(name, value, low, high):
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise FillScopeInputError(name, f"is {value!r}; it must be a whole number from {low} to {high}.",
-                                  f"set {name} between {low} and {high}.")
+def _whole(name, value, bounds):
+    from ..bounds import number_problem
+
+    problem = number_problem(value, bounds)
+    if problem:
+        raise FillScopeInputError(name, f"is {value!r}: it {problem}.", f"set {name} from {bounds}.")
 
 
 def crop_size(box_h: int, box_w: int, target_long_side: int, multiple: int) -> tuple[int, int]:

@@ -22,19 +22,19 @@ from ..pixels import dilate, feather_inward
 
 
 def check_prep_options(threshold, fill_holes, grow, blend_outside) -> None:
-    import math
+    """The bounds of bounds.CROP (the node's inputs read the same table)."""
+    from ..bounds import CROP, number_problem
 
-    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not (
-            math.isfinite(threshold) and 0 <= threshold <= 1):
-        raise FillScopeInputError("threshold", f"is {threshold!r}; it must be a number from 0 to 1.",
-                                  "set threshold to 0 (keep every value above 0) or e.g. 0.1 (drop faint edges).")
+    fixes = {"threshold": "set threshold to 0 (keep every value above 0) or e.g. 0.1 (drop faint edges).",
+             "grow": "set grow to 0 (off) or a few pixels (e.g. 8).",
+             "blend_outside": "set blend_outside to 0 (off) or a few pixels (e.g. 8)."}
+    for name, value in (("threshold", threshold), ("grow", grow), ("blend_outside", blend_outside)):
+        problem = number_problem(value, CROP[name])
+        if problem:
+            raise FillScopeInputError(name, f"{value!r} {problem}.", fixes[name])
     if not isinstance(fill_holes, bool):
         raise FillScopeInputError("fill_holes", f"is {fill_holes!r}; it must be true or false.",
                                   "set fill_holes to true or false.")
-    for name, value in (("grow", grow), ("blend_outside", blend_outside)):
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 1024:
-            raise FillScopeInputError(name, f"is {value!r}; it must be a whole number of pixels from 0 to 1024.",
-                                      f"set {name} to 0 (off) or a few pixels (e.g. 8).")
 
 
 def _fill_holes_2d(binary):
