@@ -22,6 +22,7 @@ from .base import FillScopeNode
 CompareRun = io.Custom("FS_COMPARE_RUN")
 CATEGORY = c.CATEGORY + "/compare"
 IMPLEMENTATIONS = ("fillscope", "diffusers")
+NATIVE = "native"  # ComfyUI's own MODEL as the denoiser (FLUX Fill): FillScope's text, condition, schedule and decode
 ATTENTION = ("as loaded", "native", "_native_math", "_native_flash", "_native_efficient")
 
 
@@ -34,10 +35,11 @@ class RunDefinition:
     storage: str = "as loaded"
     attention: str = "as loaded"
     options: dict = field(default_factory=dict)  # the family's run keywords
+    model: object = None  # ComfyUI's own MODEL (implementation "native")
 
     def describe(self) -> str:
         parts = [self.implementation, self.dtype if self.dtype != "as loaded" else
-                 self.stack["transformer"].dtype]
+                 (self.stack["transformer"].dtype if "transformer" in self.stack else "the MODEL's dtype")]
         if self.storage != "as loaded":
             parts.append(f"storage {self.storage}")
         if self.options.get("step_cache", "off") != "off":
@@ -47,12 +49,15 @@ class RunDefinition:
         return ", ".join(parts)
 
 
-def run_inputs(step_caches=None):
+def run_inputs(step_caches=None, native: bool = False):
     """How a run is made, after the components and the family's options."""
     out = [
-        io.Combo.Input("implementation", options=list(IMPLEMENTATIONS), default="fillscope",
+        io.Combo.Input("implementation", options=list(IMPLEMENTATIONS) + ([NATIVE] if native else []),
+                       default="fillscope",
                        tooltip="fillscope: FillScope's pipeline. diffusers: diffusers' own pipeline on the same "
-                               "loaded components, in this process."),
+                               "loaded components, in this process." + (
+                                   " native: ComfyUI's own MODEL (the model input) as the denoiser, with "
+                                   "FillScope's text, condition, schedule and decode." if native else "")),
         io.Combo.Input("dtype", options=list(DTYPES), default="as loaded",
                        tooltip="Run in this dtype: a component loaded in another is copied and cast for this run "
                                "(its memory again while the run lasts)."),
@@ -80,10 +85,19 @@ class _CompareRun(FillScopeNode):
     places_models = False  # a definition only: the Compare node places what it runs
 
     @classmethod
-    def run(cls, rec, implementation, dtype, storage, attention="as loaded", **inputs):
-        stack = {name: inputs.pop(name) for name in cls.components}
+    def run(cls, rec, implementation, dtype, storage, attention="as loaded", model=None, **inputs):
+        from ..fillscope.errors import FillScopeInputError
+
+        stack = {name: inputs.pop(name) for name in cls.components if inputs.get(name) is not None}
+        if implementation == NATIVE and model is None:
+            raise FillScopeInputError("model", "is empty but implementation is native.",
+                                      "wire ComfyUI's own model (UNETLoader) to model, or choose fillscope.")
+        if implementation != NATIVE and "transformer" not in stack:
+            raise FillScopeInputError("transformer", f"is empty but implementation is {implementation}.",
+                                      "wire FillScope's transformer, or choose native with ComfyUI's model wired.")
         run = RunDefinition(cls.family, stack, implementation, dtype, storage, attention or "as loaded",
-                            {k: v for k, v in inputs.items() if v is not None})
+                            {k: v for k, v in inputs.items() if v is not None}, model if implementation == NATIVE
+                            else None)
         rec.fact("run", run.describe())
         return run
 
@@ -100,11 +114,15 @@ class FluxFillCompareRun(_CompareRun):
             "FillScopeFluxFillCompareRun", "FLUX Fill Compare Run",
             "One run of a comparison: FLUX.1 Fill's components and how the run is made.",
             [c.ClipL.Input("clip_l", tooltip=tips.CLIP_L), c.T5.Input("t5", tooltip=tips.T5),
-             c.FluxFillModel.Input("transformer", tooltip=tips.FLUX_FILL_TRANSFORMER),
+             c.FluxFillModel.Input("transformer", optional=True,
+                                   tooltip=tips.FLUX_FILL_TRANSFORMER + " (not needed for implementation native)"),
              c.Vae.Input("vae", tooltip="The FLUX.1 VAE (16 channels): encodes the condition, decodes the result."),
              io.Float.Input("guidance", default=30.0, min=B["guidance"].min, max=B["guidance"].max, step=0.5,
                             tooltip="Guidance embedding (FLUX.1 Fill [dev] is tuned for 30)."),
-             *run_inputs(STEP_CACHES)],
+             *run_inputs(STEP_CACHES, native=True),
+             io.Model.Input("model", optional=True,
+                            tooltip="ComfyUI's own FLUX.1 Fill MODEL (UNETLoader): the denoiser of implementation "
+                                    "native.")],
         )
 
 
@@ -233,11 +251,14 @@ class Compare(FillScopeNode):
             def callback(i, n, k=k):
                 progress(k * steps + i, 2 * steps)
 
-            with memory.use(*stack.values(), rec=rec):
-                result = run_on_stack(run.family, stack, prompt, prepared, steps=steps, seed=seed,
-                                      implementation=run.implementation, blocks=blocks,
-                                      attention=None if run.attention == "as loaded" else run.attention,
-                                      facts=facts, callback=callback, **run.options)
+            if run.implementation == NATIVE:
+                result = native_flux_fill(rec, run, stack, prompt, prepared, steps, seed, callback)
+            else:
+                with memory.use(*stack.values(), rec=rec):
+                    result = run_on_stack(run.family, stack, prompt, prepared, steps=steps, seed=seed,
+                                          implementation=run.implementation, blocks=blocks,
+                                          attention=None if run.attention == "as loaded" else run.attention,
+                                          facts=facts, callback=callback, **run.options)
             result.spec = _Spec(label, run)
             results.append(result)
             del stack
@@ -286,11 +307,41 @@ class _Job:
 
     @property
     def dtype(self) -> str:
-        return self.run.dtype if self.run.dtype != "as loaded" else self.run.stack["transformer"].dtype
+        stack = self.run.stack
+        if self.run.dtype != "as loaded":
+            return self.run.dtype
+        return stack["transformer"].dtype if "transformer" in stack else "the MODEL's"
 
     @property
     def options(self) -> dict:
         return self.run.options
+
+
+def native_flux_fill(rec, run, stack, prompt, prepared, steps, seed, callback):
+    """FillScope's FLUX Fill stages with ComfyUI's own MODEL as the sampler's denoiser (nodes/native_model.py), every
+    boundary captured: the text, the condition and the decode are FillScope's, the denoiser output at each step and
+    the latents come from ComfyUI's model."""
+    import time
+
+    from ..fillscope.compare.capture import BoundaryCapture
+    from ..fillscope.compare.runs import RunResult
+    from ..fillscope.decode import decode_to_image
+    from ..fillscope.pipelines.flux_fill import build_fill_condition, encode_prompt, sample_flux_fill
+    from . import memory, native_model
+
+    capture, start = BoundaryCapture(), time.perf_counter()
+    with memory.use(stack["clip_l"], stack["t5"], stack["vae"], rec=rec):
+        text = encode_prompt(stack["clip_l"], stack["t5"], prompt, observe=capture)
+        condition = build_fill_condition(stack["vae"], prepared, observe=capture)
+    config = native_model.check_flux_fill_model(run.model, text, condition)
+    options = {k: v for k, v in run.options.items() if k in ("guidance", "step_cache")}
+    latent = native_model.run_native(run.model, condition.masked_latents.shape, lambda r: sample_flux_fill(
+        native_model.flux_fill_denoiser(r, config), text, condition, steps=steps, seed=seed, callback=callback,
+        observe=capture, **options))
+    with memory.use(stack["vae"], rec=rec):
+        image = decode_to_image(stack["vae"], latent, observe=capture)
+    return RunResult(None, capture, image.float().cpu(), prepared.paste_mask[..., 0].float().cpu(),
+                     time.perf_counter() - start, {"denoiser": "ComfyUI's MODEL (apply_model)"})
 
 
 def _heatmap(comparison, a, b):
