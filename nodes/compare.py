@@ -22,7 +22,7 @@ from .base import FillScopeNode
 CompareRun = io.Custom("FS_COMPARE_RUN")
 CATEGORY = c.CATEGORY + "/compare"
 IMPLEMENTATIONS = ("fillscope", "diffusers")
-NATIVE = "native"  # ComfyUI's own MODEL as the denoiser (FLUX Fill): FillScope's text, condition, schedule and decode
+NATIVE = "native"  # ComfyUI's own MODEL as the denoiser: FillScope's text, condition, schedule and decode
 ATTENTION = ("as loaded", "native", "_native_math", "_native_flash", "_native_efficient")
 
 
@@ -139,7 +139,9 @@ class SD3ControlNetCompareRun(_CompareRun):
             "One run of a comparison: SD3's components with the inpainting ControlNet, and how the run "
                 "is made.",
             [c.ClipL.Input("clip_l", tooltip=tips.CLIP_L), c.ClipG.Input("clip_g", tooltip=tips.CLIP_G),
-             c.T5.Input("t5", tooltip=tips.T5), c.SD3Model.Input("transformer", tooltip=tips.SD3_TRANSFORMER),
+             c.T5.Input("t5", tooltip=tips.T5),
+             c.SD3Model.Input("transformer", optional=True,
+                              tooltip=tips.SD3_TRANSFORMER + " (not needed for implementation native)"),
              c.SD3ControlNet.Input("controlnet", tooltip=tips.SD3_CONTROLNET),
              c.Vae.Input("vae", tooltip="The SD3 VAE (16 channels): encodes the condition, decodes the result."),
              io.String.Input("negative_prompt", multiline=True, default="", tooltip="What CFG steers away from."),
@@ -147,7 +149,10 @@ class SD3ControlNetCompareRun(_CompareRun):
                             tooltip="Classifier-free guidance; 1 = off."),
              io.Float.Input("control_scale", default=0.95, min=B["control_scale"].min,
                             max=B["control_scale"].max, step=0.01, tooltip="ControlNet residual scale."),
-             *run_inputs(),
+             *run_inputs(native=True),
+             io.Model.Input("model", optional=True,
+                            tooltip="ComfyUI's own SD3 / SD3.5 MODEL: the denoiser of implementation native (the "
+                                    "ControlNet stays FillScope's)."),
              c.advanced(io.Combo.Input(
                  "residual_mapping", options=["one_to_one", "diffusers"], default="one_to_one", optional=True,
                  tooltip="one_to_one: residual i after block i, as the ControlNet was trained (and ComfyUI); "
@@ -252,7 +257,8 @@ class Compare(FillScopeNode):
                 progress(k * steps + i, 2 * steps)
 
             if run.implementation == NATIVE:
-                result = native_flux_fill(rec, run, stack, prompt, prepared, steps, seed, callback)
+                native = native_flux_fill if run.family == "flux_fill" else native_sd3
+                result = native(rec, run, stack, prompt, prepared, steps, seed, callback)
             else:
                 with memory.use(*stack.values(), rec=rec):
                     result = run_on_stack(run.family, stack, prompt, prepared, steps=steps, seed=seed,
@@ -338,6 +344,40 @@ def native_flux_fill(rec, run, stack, prompt, prepared, steps, seed, callback):
     latent = native_model.run_native(run.model, condition.masked_latents.shape, lambda r: sample_flux_fill(
         native_model.flux_fill_denoiser(r, config), text, condition, steps=steps, seed=seed, callback=callback,
         observe=capture, **options))
+    with memory.use(stack["vae"], rec=rec):
+        image = decode_to_image(stack["vae"], latent, observe=capture)
+    return RunResult(None, capture, image.float().cpu(), prepared.paste_mask[..., 0].float().cpu(),
+                     time.perf_counter() - start, {"denoiser": "ComfyUI's MODEL (apply_model)"})
+
+
+def native_sd3(rec, run, stack, prompt, prepared, steps, seed, callback):
+    """FillScope's SD3 ControlNet stages with ComfyUI's own SD3 MODEL as the denoiser (nodes/native_sd3.py): the text,
+    the condition, the ControlNet (FillScope's, its residuals passed per joint block) and the decode are FillScope's."""
+    import time
+
+    from ..fillscope.compare.capture import BoundaryCapture
+    from ..fillscope.compare.runs import RunResult
+    from ..fillscope.decode import decode_to_image
+    from ..fillscope.pipelines.sd3_controlnet import (build_inpaint_condition, encode_prompt,
+                                                      sample_sd3_controlnet_inpaint)
+    from . import memory, native_model, native_sd3 as sd3
+
+    options = dict(run.options)
+    negative_prompt, cfg = options.pop("negative_prompt", ""), options.get("cfg", 7.0)
+    encoders = stack["clip_l"], stack["clip_g"], stack["t5"]
+    capture, start = BoundaryCapture(), time.perf_counter()
+    with memory.use(*encoders, stack["vae"], rec=rec):
+        positive = encode_prompt(*encoders, prompt, observe=capture)
+        negative = encode_prompt(*encoders, negative_prompt) if cfg > 1.0 else None
+        condition = build_inpaint_condition(stack["vae"], prepared, observe=capture)
+    config = sd3.check_sd3_model(run.model, positive, condition, negative=negative, cfg=cfg,
+                                 controlnet=stack["controlnet"])
+    b, channels = condition.control.shape[0], condition.latent_channels
+    shape = (b * (2 if cfg > 1.0 else 1), channels, *condition.control.shape[-2:])
+    with memory.use(stack["controlnet"], rec=rec):
+        latent = native_model.run_native(run.model, shape, lambda r: sample_sd3_controlnet_inpaint(
+            sd3.sd3_denoiser(r, config), stack["controlnet"], positive, negative, condition, steps=steps, seed=seed,
+            callback=callback, observe=capture, **options))
     with memory.use(stack["vae"], rec=rec):
         image = decode_to_image(stack["vae"], latent, observe=capture)
     return RunResult(None, capture, image.float().cpu(), prepared.paste_mask[..., 0].float().cpu(),

@@ -241,3 +241,39 @@ def test_a_controlnet_of_another_width_than_the_native_model_is_refused_before_t
     assert "input 'controlnet'" in msg and f"width {width // 2}" in msg and f"width {width}" in msg, msg
     assert "model input's MMDiT" in msg and "FillScopeSD3ControlNetInpaintSampler" in msg and "prepare" in msg, msg
     assert torch.isfinite(run(server, "after_width", native=True)).all()
+
+
+# ---- the Compare nodes: FillScope's SD3 against ComfyUI's own, boundary by boundary (issue 25) ----------------------
+
+
+def test_the_compare_nodes_find_comfyuis_own_sd3_equal_to_fillscopes_at_every_boundary(server):
+    """Run A FillScope's SD3 ControlNet pipeline, run B the same with ComfyUI's own SD3 MODEL as the denoiser (CFG
+    on, the negative prompt encoded): every boundary both pass agrees within 1e-4 relative; the figures are printed
+    under `pytest -s` (measured: tiny fp32, CPU)."""
+    import json
+
+    fs = {"source": FOLDER, "dtype": "fp32"}
+    text = {"clip_l": ["1", 0], "clip_g": ["2", 0], "t5": ["3", 0]}
+    run = {**text, "controlnet": ["5", 0], "vae": ["6", 0], "negative_prompt": "blurry, low quality", "cfg": 4.0,
+           "control_scale": 0.95, "dtype": "as loaded", "storage": "as loaded"}
+    g = {
+        "1": n("FillScopeLoadCLIPL", **fs), "2": n("FillScopeLoadCLIPG", **fs), "3": n("FillScopeLoadT5", **fs),
+        "4": n("FillScopeLoadSD3Transformer", variant="sd3-medium", **fs),
+        "5": n("FillScopeLoadSD3InpaintControlNet", source=CONTROLNET, dtype="fp32"),
+        "6": n("FillScopeLoadVAE", kind="sd3", **fs),
+        "9": n("FillScopeSyntheticImageMask", width=128, height=96, mask_fraction=0.5),
+        "m": n("NativeSD3TestTinySD3", folder=FOLDER),
+        "a": n("FillScopeSD3ControlNetCompareRun", transformer=["4", 0], implementation="fillscope", **run),
+        "b": n("FillScopeSD3ControlNetCompareRun", model=["m", 0], implementation="native", **run),
+        "c": n("FillScopeCompare", run_a=["a", 0], run_b=["b", 0], image=["9", 0], mask=["9", 1],
+               prompt="a red brick fireplace", seed=1, steps=STEPS, filename_prefix="fillscope/sd3_native"),
+    }
+    server.run(g, timeout=600)
+    doc = json.loads(sorted((server.output_dir / "fillscope").glob("sd3_native_*.json"))[-1].read_text())
+    shared = [r for r in doc["comparison"]["boundaries"] if r["status"] in ("same", "differs")]
+    print("\nFillScope vs ComfyUI native SD3 + FillScope's ControlNet (tiny fp32, CPU, cfg 4), measured:")
+    for r in shared:
+        print(f"  {r['name']:<28} rel {r['rel_err']:.3e}  max abs {r['max_abs']:.3e}")
+    names = {r["name"] for r in shared}
+    assert {f"step[{i}].denoiser" for i in range(1, STEPS + 1)} <= names and "decoded_image" in names
+    assert all(r["rel_err"] <= 1e-4 for r in shared), doc["comparison"]["first_divergence"]
