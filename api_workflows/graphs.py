@@ -121,16 +121,23 @@ SD3_GROUPS = [("Load models", [1, 2, 3, 4, 5, 6]), ("Prompt", [7, 8]), ("Image a
 KLEIN_GROUPS = [("Load models", [1, 2, 3]), ("Prompt", [4]), ("Image and mask", [5, 6]), ("Sample", [7])]
 
 
-def flux_fill_graph(name, description, *, sources, dtype, prompt, steps, image_nodes, output_nodes, note,
-                    models=None) -> Graph:
-    """Loaders -> prompt -> condition -> sampler -> decode, with the image source and outputs supplied."""
-    models = models or {}
-    nodes = [
+def flux_fill_loaders(sources, dtype, models) -> list:
+    """FLUX.1 Fill's four loaders (ids 1-4: CLIP-L, T5, transformer, VAE), each offering its file for download."""
+    return [
         _loader(1, "FillScopeLoadCLIPL", sources["clip_l"], dtype, (0, 0), models=models.get("clip_l", ())),
         _loader(2, "FillScopeLoadT5", sources["t5"], dtype, (0, 120), models=models.get("t5", ())),
         _loader(3, "FillScopeLoadFluxFillTransformer", sources["transformer"], dtype, (0, 240),
                 models=models.get("transformer", ())),
         _loader(4, "FillScopeLoadVAE", sources["vae"], dtype, (0, 360), kind="flux", models=models.get("vae", ())),
+    ]
+
+
+def flux_fill_graph(name, description, *, sources, dtype, prompt, steps, image_nodes, output_nodes, note,
+                    models=None) -> Graph:
+    """Loaders -> prompt -> condition -> sampler -> decode, with the image source and outputs supplied."""
+    models = models or {}
+    nodes = [
+        *flux_fill_loaders(sources, dtype, models),
         Node(5, "FillScopeFluxPrompt", {"clip_l": (1, 0), "t5": (2, 0), "text": prompt, "max_length": 512}, (380, 0),
              size=(400, 220)),
         *image_nodes,
@@ -692,13 +699,7 @@ def tiled_graph(name, description, family, *, sources, dtype, prompt, steps, mod
     models = models or {}
     node_type, parts, image_id, tiled_id = TILED[family]
     if family == "flux-fill":
-        loaders = [
-            _loader(1, "FillScopeLoadCLIPL", sources["clip_l"], dtype, (0, 0), models=models.get("clip_l", ())),
-            _loader(2, "FillScopeLoadT5", sources["t5"], dtype, (0, 120), models=models.get("t5", ())),
-            _loader(3, "FillScopeLoadFluxFillTransformer", sources["transformer"], dtype, (0, 240),
-                    models=models.get("transformer", ())),
-            _loader(4, "FillScopeLoadVAE", sources["vae"], dtype, (0, 360), kind="flux", models=models.get("vae", ())),
-        ]
+        loaders = flux_fill_loaders(sources, dtype, models)
     else:
         loaders = [
             _loader(1, "FillScopeLoadQwen3", sources["qwen3"], dtype, (0, 0), variant="qwen3-4b",
@@ -773,6 +774,40 @@ GRAPHS += [
 ]
 TILED_TEMPLATES = ["flux_fill_tiled_inpaint", "klein_tiled_edit", "flux_fill_tiled_inpaint_meta_trace",
                    "klein_tiled_inpaint_meta_trace"]  # tests read it
+
+
+def compare_graph(name, description, *, sources, models, dtype, prompt, steps, run_a, run_b, note) -> Graph:
+    """FLUX Fill's loaders -> two FLUX Fill Compare Run nodes (run_a, run_b: how each run is made) -> the image ->
+    Compare Runs (both runs, every boundary, the record in output/fillscope/) -> a preview of the heat map."""
+    loaders = flux_fill_loaders(sources, dtype, models)
+    parts = {"clip_l": (1, 0), "t5": (2, 0), "transformer": (3, 0), "vae": (4, 0)}
+    runs = [Node(10 + k, "FillScopeFluxFillCompareRun",
+                 {**parts, "guidance": 30.0, "implementation": "fillscope", "dtype": "as loaded",
+                  "storage": "as loaded", **settings}, (400, 120 + 300 * k), size=(340, 260))
+            for k, settings in enumerate((run_a, run_b))]
+    image = load_image(8, (400, 720))
+    compare = Node(20, "FillScopeCompare", {"run_a": (10, 0), "run_b": (11, 0), "image": (8, 0), "mask": (8, 1),
+                                            "prompt": prompt, "seed": 0, "steps": steps,
+                                            "filename_prefix": f"fillscope/{name}"}, (800, 120), size=(400, 420))
+    heat = Node(21, "PreviewImage", {"images": (20, 2)}, (1240, 120), size=(400, 470))
+    groups = [("Load models", [n.id for n in loaders]), ("Sample", [10, 11]), ("Image and mask", [8]),
+              ("Output", [20, 21])]
+    return Graph(name, description, [*loaders, *runs, image, compare, heat], groups, note)
+
+
+GRAPHS += [
+    compare_graph(
+        "flux_fill_compare_fp8",
+        "FLUX.1 Fill [dev] run twice on one image, bf16 weights against the same weights stored in fp8 (e4m3fn, upcast "
+        "a layer at a time): every boundary both runs pass compared (relative error, cosine), the first that differs "
+        "named, PSNR and SSIM inside and outside the mask, the difference heat map. Published single files, 28 steps.",
+        sources=_FLUX_SOURCES, models=_FLUX_MODELS, dtype="bf16", prompt=PROMPT, steps=28,
+        run_a={}, run_b={"storage": "fp8_e4m3fn"},
+        note=notes.real_weights("FLUX.1 Fill [dev]: what fp8 storage changes, boundary by boundary",
+                                FLUX_FILL_FILES.values(), extra=notes.COMPARE_FP8, gated=GATED),
+    ),
+]
+COMPARE_TEMPLATES = ["flux_fill_compare_fp8"]  # tests read it
 
 
 def is_link(value) -> bool:

@@ -146,3 +146,14 @@ def tiled_meta(family: str, tokens: str) -> str:
 TILED_META_BLANK = ("On meta weights there are no pixel values: inside the mask the image comes back **blank**, outside "
                     "it the source's pixels. For a real image, choose model files on the loaders' source menus (see "
                     "the tiled inpaint templates for the downloads).")
+
+
+COMPARE_FP8 = (
+    "### What it shows\nRun A keeps the transformer's and T5's weights in bf16, run B a copy stored in float8 "
+    "(e4m3fn) and upcast one layer at a time, as the loaders' `storage` option does. **Compare Runs** runs both on "
+    "the same image, prompt, seed and steps and compares every boundary both pass: the text, the condition, each "
+    "step's denoiser output and latent, the decoded image. Its face shows the first boundary over the tolerance and "
+    "the PSNR inside the mask; its outputs are both images and the heat map of |A - B|; the record (JSON, a table, "
+    "the page) goes to `output/fillscope/`. Change run B to `implementation: diffusers` to hold FillScope against "
+    "diffusers' own pipeline on the same weights, or `dtype: fp32` to see what bf16 costs. The pack's "
+    "`docs/comparisons.md` has the details.")

@@ -49,8 +49,8 @@ TILED = {"tile": Range(256, 4096), "overlap": Range(0.0, 0.5)}
 CROP = {"threshold": Range(0.0, 1.0), "grow": Range(0, 1024), "blend_outside": Range(0, 1024),
         "width": Range(16, 8192), "height": Range(16, 8192), "min_side": Range(0, 8192), "max_side": Range(0, 8192),
         "multiple": Range(1, 512), "min_scale": Range(0.0, 4.0)}
-# FillScope Compare (compare/): the job both runs share and the tolerance a boundary is held to
-COMPARE = {"seed": SEED, "steps": STEPS, "tolerance": Range(1e-9, 1.0)}
+# Compare Runs (compare/): the job both runs share
+COMPARE = {"seed": SEED, "steps": STEPS}
 
 
 def _num(x) -> str:

@@ -23,6 +23,10 @@ CompareRun = io.Custom("FS_COMPARE_RUN")
 CATEGORY = c.CATEGORY + "/compare"
 IMPLEMENTATIONS = ("fillscope", "diffusers")
 NATIVE = "native"  # ComfyUI's own MODEL as the denoiser: FillScope's text, condition, schedule and decode
+# what diffusers' own pipelines always do where FillScope offers a choice (fillscope/compare/diffusers_runs.py)
+DIFFUSERS_OWN = {"sd3_controlnet": {"residual_mapping": "block i <- residual int(i*23/24)"},
+                 "klein": {"token_mask": "the mask resized bilinearly to the token grid"}}
+TOLERANCES = ("1e-2", "1e-3", "1e-4", "1e-5", "1e-6", "1e-7")
 ATTENTION = ("as loaded", "native", "_native_math", "_native_flash", "_native_efficient")
 
 
@@ -95,9 +99,13 @@ class _CompareRun(FillScopeNode):
         if implementation != NATIVE and "transformer" not in stack:
             raise FillScopeInputError("transformer", f"is empty but implementation is {implementation}.",
                                       "wire FillScope's transformer, or choose native with ComfyUI's model wired.")
-        run = RunDefinition(cls.family, stack, implementation, dtype, storage, attention or "as loaded",
-                            {k: v for k, v in inputs.items() if v is not None}, model if implementation == NATIVE
-                            else None)
+        options = {k: v for k, v in inputs.items() if v is not None}
+        if implementation == "diffusers":  # its pipeline has one way of its own: the menus' defaults are not asked of it
+            for name in DIFFUSERS_OWN.get(cls.family, ()):
+                if options.pop(name, None) is not None:
+                    rec.note(f"{name}: diffusers' pipeline runs its own ({DIFFUSERS_OWN[cls.family][name]})")
+        run = RunDefinition(cls.family, stack, implementation, dtype, storage, attention or "as loaded", options,
+                            model if implementation == NATIVE else None)
         rec.fact("run", run.describe())
         return run
 
@@ -206,12 +214,13 @@ class Compare(FillScopeNode):
                     io.Mask.Input("mask", tooltip="1 = repaint (LoadImage's mask is 1 - alpha)."),
                     io.String.Input("prompt", multiline=True, default="", tooltip="The prompt both runs use."),
                     io.Int.Input("seed", default=0, min=B["seed"].min, max=B["seed"].max,
+                                 control_after_generate=True,
                                  tooltip="The same seed (the same noise) for both runs."),
                     io.Int.Input("steps", default=4, min=B["steps"].min, max=B["steps"].max,
                                  tooltip="Steps of both runs: each step's denoiser output and latent are compared."),
-                    c.advanced(io.Float.Input("tolerance", default=1e-4, min=B["tolerance"].min,
-                                              max=B["tolerance"].max, step=1e-5, optional=True,
-                                              tooltip="Relative error above which a boundary counts as different.")),
+                    c.advanced(io.Combo.Input("tolerance", options=list(TOLERANCES), default="1e-4", optional=True,
+                                              tooltip="Relative error above which a boundary counts as different "
+                                                      "(a menu: the canvas rounds small decimals in a number box).")),
                     c.advanced(io.Boolean.Input("blocks", default=False, optional=True,
                                                 tooltip="Also compare every transformer block's output at every "
                                                         "call (more rows, more memory).")),
@@ -235,8 +244,9 @@ class Compare(FillScopeNode):
         return {"run_a": run_a, "run_b": run_b, **inputs}
 
     @classmethod
-    def run(cls, rec, run_a, run_b, image, mask, prompt, seed, steps, tolerance=1e-4, blocks=False,
+    def run(cls, rec, run_a, run_b, image, mask, prompt, seed, steps, tolerance="1e-4", blocks=False,
             filename_prefix="fillscope/compare"):
+        tolerance = float(tolerance)
         from ..fillscope.compare.diff import compare_captures, format_table
         from ..fillscope.compare.record import write_compare
         from ..fillscope.compare.runs import run_on_stack
@@ -277,10 +287,12 @@ class Compare(FillScopeNode):
         rec.fact("B", b.spec.describe())
         rec.fact("compared", comparison.headline())
         rec.fact("record", str(paths["json"]))
+        rec.fact("page", str(paths["html"]))
         for note in comparison.notes:
             rec.note(note)
         heat = _heatmap(comparison, a, b)
-        text = "\n".join([f"A: {a.spec.describe()}", f"B: {b.spec.describe()}", comparison.headline(), "",
+        # the headline first: the node's face shows the first lines (web/fillscope_table.js textSummary)
+        text = "\n".join([comparison.headline(), f"A: {a.spec.describe()}", f"B: {b.spec.describe()}", "",
                           format_table(comparison, 60)])
         return io.NodeOutput(a.image, b.image, heat, None, ui={"text": [text]})
 

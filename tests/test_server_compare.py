@@ -97,8 +97,10 @@ def test_sd3s_trained_residual_mapping_against_diffusers_first_differs_at_the_tr
     """FillScope's default one_to_one mapping (residual i after block i, as the ControlNet was trained and ComfyUI
     runs it) against diffusers' int(i*23/24): the text, the condition and the ControlNet's residuals agree, the
     transformer's output is the first boundary that does not (a measured finding, README's comparisons line)."""
-    entry = server.run(compare_graph(info, "sd3", {}, {"implementation": "diffusers"}, prefix="sd3_mapping"),
-                       timeout=600)
+    # both runs as the canvas sends them (the advanced menu at its default): the diffusers run drops it with a note
+    canvas = {"residual_mapping": "one_to_one"}
+    entry = server.run(compare_graph(info, "sd3", canvas, {"implementation": "diffusers", **canvas},
+                                     prefix="sd3_mapping"), timeout=600)
     doc = record(server, entry, "sd3_mapping")
     r = rows(doc)
     assert doc["comparison"]["first_divergence"] == "transformer.output"
@@ -133,3 +135,18 @@ def test_runs_of_two_families_are_refused_naming_run_b_and_the_next_prompt_runs(
     entry = server.run(compare_graph(info, "flux", {}, {}, prefix="after"), timeout=600)
     doc = record(server, entry, "after")
     assert doc["comparison"]["first_divergence"] is None
+
+
+def test_the_shipped_compare_template_runs_on_the_tiny_stand_ins_and_writes_its_record(server):
+    """flux_fill_compare_fp8 as shipped (bf16 against fp8 storage), on the session server's tiny stand-ins for the
+    published files, with a 128x96 synthetic image and 2 steps: the record names its runs and has every step's
+    figures."""
+    from workflow_helpers import with_synthetic_image
+
+    prompt = with_synthetic_image(load_api("flux_fill_compare_fp8"), 128, 96, 0.4)
+    cmp = next(k for k, v in prompt.items() if v["class_type"] == "FillScopeCompare")
+    prompt[cmp]["inputs"].update(steps=STEPS, filename_prefix="fillscope/template")
+    server.run(prompt, timeout=600)
+    doc = record(server, None, "template")
+    assert doc["b"]["storage"] == "fp8_e4m3fn" and doc["a"]["storage"] == "as loaded"
+    assert all(f"step[{i}].denoiser" in rows(doc) for i in range(1, STEPS + 1))

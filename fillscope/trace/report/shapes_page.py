@@ -159,24 +159,33 @@ def _tile_map(title: str, m: dict) -> Markup | None:
               el("div", {"class_": "facts"}, en_zh(line_en, line_zh)), svg)
 
 
-def render_shapes_page(title: str, *, rows: list[dict], sections: list[dict], json_text: str, json_name: str,
-                       crop: str | None = None, not_recorded: list[str] = (), images: list[str] = (),
-                       prompt_id: str | None = None) -> str:
-    """The page (str). `title`: the report's file stem; `images`: the image files saved with it (same stem)."""
-    css, js = _inline_asset("report.css") + _CSS, _inline_asset("report.js")
+def page_top(title: str, kind: tuple, json_text: str, json_name: str, what: tuple, extra_css: str = ""):
+    """What every one-page FillScope page starts with: (css, js, Content-Security-Policy, header). The header holds
+    the brand and `kind` (en, zh), the title, the EN / 中文 switch (report.js) and the JSON download (`what`: its
+    label in en, zh) carrying `json_text` verbatim; the policy lets in only report.js (by its hash) and data: images."""
+    css, js = _inline_asset("report.css") + extra_css, _inline_asset("report.js")
     script_hash = base64.b64encode(hashlib.sha256(js.encode("utf-8")).digest()).decode("ascii")
     csp = (f"default-src 'none'; script-src 'sha256-{script_hash}'; style-src 'unsafe-inline'; img-src data:; "
            "base-uri 'none'; form-action 'none'")
     data_uri = "data:application/json;charset=utf-8;base64," + base64.b64encode(json_text.encode("utf-8")).decode("ascii")
     top = el("header", {"class_": "top"},
-             el("div", {"class_": "brand"}, "FillScope", el("span", None, en_zh("shapes report", "形状报告"))),
+             el("div", {"class_": "brand"}, "FillScope", el("span", None, en_zh(*kind))),
              el("h1", None, title),
              el("div", {"class_": "tools"},
                 el("div", {"class_": "langs", "role": "group", "aria-label": "language"},
                    el("button", {"type": "button", "data-lang": "en", "aria-pressed": "true"}, "EN"),
                    el("button", {"type": "button", "data-lang": "zh", "aria-pressed": "false", "lang": "zh-CN"}, "中文")),
                 el("a", {"class_": "dl", "href": data_uri, "download": json_name, **en_zh_title(
-                    f"the report's JSON, verbatim ({json_name})", f"报告 JSON 原文（{json_name}）")}, "⤓ JSON")))
+                    f"{what[0]}, verbatim ({json_name})", f"{what[1]}（{json_name}）")}, "⤓ JSON")))
+    return css, js, csp, top
+
+
+def render_shapes_page(title: str, *, rows: list[dict], sections: list[dict], json_text: str, json_name: str,
+                       crop: str | None = None, not_recorded: list[str] = (), images: list[str] = (),
+                       prompt_id: str | None = None) -> str:
+    """The page (str). `title`: the report's file stem; `images`: the image files saved with it (same stem)."""
+    css, js, csp, top = page_top(title, ("shapes report", "形状报告"), json_text, json_name,
+                                 ("the report's JSON", "报告 JSON 原文"), _CSS)
     files = None
     if images:
         files = el("div", {"class_": "files"}, en_zh("image of this run: ", "本次运行的图像："),
