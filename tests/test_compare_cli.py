@@ -141,3 +141,20 @@ def test_fillscope_against_diffusers_own_pipeline_is_identical_at_every_shared_b
     assert code == 0 and len(shared) >= 20 and all(r["rel_err"] <= 1e-5 for r in shared)
     assert doc["b"]["implementation"] == "diffusers" and doc["comparison"]["image"]["psnr_all"] in ("inf",) or \
         doc["comparison"]["image"]["psnr_all"] > 100
+
+
+def test_a_memory_policy_moves_weights_and_no_number(job):
+    code, doc = compare(job, {"memory": "sequential"}, "memory")
+    assert code == 0 and doc["comparison"]["first_divergence"] is None
+    assert doc["b"]["facts"]["memory"] == "sequential" and "memory sequential" in doc["b"]["describe"]
+
+
+def test_fp8_storage_against_bf16_gives_per_boundary_figures_and_psnr(job):
+    a = {**json.loads((job / "a.json").read_text()), "dtype": "bf16"}
+    (job / "a_bf16.json").write_text(json.dumps(a))
+    code = main(["compare", str(job / "a_bf16.json"), '{"storage": "fp8_e4m3fn"}', "--out", str(job / "fp8_bf16")])
+    doc = json.loads((job / "fp8_bf16" / "compare.json").read_text())
+    r = rows(doc)
+    assert code == 1 and doc["a"]["dtype"] == doc["b"]["dtype"] == "bf16"
+    assert r["fill_condition"]["status"] == "same" and r["step[1].denoiser"]["status"] == "differs"
+    assert isinstance(doc["comparison"]["image"]["psnr_inside"], float)

@@ -101,10 +101,16 @@ def run_spec(spec, *, device: str = "auto", cache: dict | None = None) -> RunRes
     mask_kw = {engine: job.options[name] for name, (engine, _) in mask_options().items() if name in job.options}
     prepared = prepare_image_and_mask(image, mask, **mask_kw)
     stack, facts = _stack_for(spec, device, {} if cache is None else cache)
+    run_kw = family_options(job)
+    if spec.memory:
+        from ..placement import placer
+        from ..weights import resolve_device
+
+        run_kw["place"] = placer(resolve_device(device, "folder"), spec.memory)
+        facts = {**facts, "memory": spec.memory}
     return run_on_stack(job.pipeline.__name__.rsplit(".", 1)[-1], stack, job.prompt, prepared, steps=job.steps,
                         seed=job.seed, implementation=spec.implementation, blocks=spec.blocks,
-                        attention=spec.attention, spec=spec, facts=facts,
-                        **family_options(job))
+                        attention=spec.attention, spec=spec, facts=facts, **run_kw)
 
 
 def run_compare(spec_a, spec_b, *, tolerance: float = 1e-4, device: str = "auto"):

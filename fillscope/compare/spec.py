@@ -6,7 +6,9 @@ steps, dtype and any node option, `step_cache` among them) plus how the run is m
 - `storage`: `as loaded` or `fp8_e4m3fn` (the blocks' weights kept in float8, as the loaders' storage option);
 - `attention`: a diffusers attention backend for the transformer (`native`, `_native_math`, ...; default: as
   loaded);
-- `blocks`: true to capture every transformer block's output at every call.
+- `blocks`: true to capture every transformer block's output at every call;
+- `memory`: a placement policy (`auto`, `keep`, `offload`, `sequential`) each stage runs under (default: the
+  components stay where they were loaded): a policy moves weights, never numbers, which a comparison shows.
 
 Run B is written as the fields it changes: what it does not set it takes from A. The job itself (image, mask,
 prompt, negative prompt, seed, steps and the size they give) must be the same in both: a B that changes one is
@@ -24,7 +26,8 @@ from ..errors import FillScopeInputError
 
 IMPLEMENTATIONS = ("fillscope", "diffusers")
 STORAGE = ("as loaded", "fp8_e4m3fn")
-RUN_FIELDS = {"implementation": "fillscope", "storage": "as loaded", "attention": None, "blocks": False}
+RUN_FIELDS = {"implementation": "fillscope", "storage": "as loaded", "attention": None, "blocks": False,
+              "memory": None}
 JOB_FIELDS = ("image", "mask", "prompt", "negative", "seed", "steps", "family")  # the same in A and B
 
 
@@ -36,6 +39,7 @@ class RunSpec:
     storage: str = "as loaded"
     attention: str | None = None
     blocks: bool = False
+    memory: str | None = None  # a placement policy (placement.POLICIES) each stage runs under; None: as loaded
     line: dict | None = None  # the spec as given (B: with A's fields filled in)
 
     def describe(self) -> str:
@@ -47,6 +51,8 @@ class RunSpec:
             parts.append(f"step cache {cache}")
         if self.attention:
             parts.append(f"attention {self.attention}")
+        if self.memory:
+            parts.append(f"memory {self.memory}")
         return ", ".join(parts)
 
 
@@ -90,6 +96,12 @@ def _run_fields(obj: dict, name: str) -> dict:
                                                           or "\x00" in value):
             raise FillScopeInputError(f"{name}.attention", f"is {value!r}.",
                                       "name a diffusers attention backend, e.g. \"native\" or \"_native_math\".")
+        if key == "memory" and value is not None:
+            from ..placement import POLICIES
+
+            if value not in POLICIES:
+                raise FillScopeInputError(f"{name}.memory", f"is {value!r}.",
+                                          f"choose one of {', '.join(POLICIES)} (or leave it out: as loaded).")
         if key == "blocks" and not isinstance(value, bool):
             raise FillScopeInputError(f"{name}.blocks", f"is {value!r}.", "set blocks to true or false.")
         out[key] = value
