@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from comfy_api.latest import io
 
-from ..fillscope.compare.variants import DTYPES
+from ..fillscope.compare.variants import DTYPES, STORAGES
 from ..fillscope.pipelines.klein import BASE_GUIDANCE, MODEL_TYPES, TOKEN_MASKS
 from ..fillscope.speed import KLEIN_STEP_CACHES, STEP_CACHES
 from . import common as c
@@ -41,9 +41,15 @@ class RunDefinition:
     options: dict = field(default_factory=dict)  # the family's run keywords
     model: object = None  # ComfyUI's own MODEL (implementation "native")
 
+    @property
+    def runs_in(self) -> str:
+        """The dtype the run computes in: its own, or (as loaded) its transformer's."""
+        if self.dtype != "as loaded":
+            return self.dtype
+        return self.stack["transformer"].dtype if "transformer" in self.stack else "the MODEL's dtype"
+
     def describe(self) -> str:
-        parts = [self.implementation, self.dtype if self.dtype != "as loaded" else
-                 (self.stack["transformer"].dtype if "transformer" in self.stack else "the MODEL's dtype")]
+        parts = [self.implementation, self.runs_in]
         if self.storage != "as loaded":
             parts.append(f"storage {self.storage}")
         if self.options.get("step_cache", "off") != "off":
@@ -51,6 +57,15 @@ class RunDefinition:
         if self.attention != "as loaded":
             parts.append(f"attention {self.attention}")
         return ", ".join(parts)
+
+    def summary(self) -> dict:
+        """What the record (compare/record.py) says of this run, as spec.RunSpec.summary says it of a CLI run."""
+        return {"describe": self.describe(),
+                "spec": {"family": self.family, "implementation": self.implementation, "dtype": self.dtype,
+                         "storage": self.storage, "attention": self.attention,
+                         **{k: v for k, v in self.options.items() if isinstance(v, (int, float, str))}},
+                "implementation": self.implementation, "dtype": self.runs_in, "storage": self.storage,
+                "attention": self.attention, "step_cache": self.options.get("step_cache", "off")}
 
 
 def run_inputs(step_caches=None, native: bool = False):
@@ -65,7 +80,7 @@ def run_inputs(step_caches=None, native: bool = False):
         io.Combo.Input("dtype", options=list(DTYPES), default="as loaded",
                        tooltip="Run in this dtype: a component loaded in another is copied and cast for this run "
                                "(its memory again while the run lasts)."),
-        io.Combo.Input("storage", options=["as loaded", "fp8_e4m3fn"], default="as loaded",
+        io.Combo.Input("storage", options=list(STORAGES), default="as loaded",
                        tooltip="fp8_e4m3fn: a copy of the transformer / T5 / Qwen3 with its block weights stored in "
                                "float8 (as the loaders' storage option)."),
         c.advanced(io.Combo.Input("attention", options=list(ATTENTION), default="as loaded", optional=True,
@@ -260,7 +275,7 @@ class Compare(FillScopeNode):
         prepared = prepare_image_and_mask(image, mask)
         progress = c.progress_callback(2 * steps)
         results = []
-        for k, (label, run) in enumerate((("A", run_a), ("B", run_b))):
+        for k, run in enumerate((run_a, run_b)):
             stack, facts = stack_variant(run.stack, dtype=run.dtype, storage=run.storage)
 
             def callback(i, n, k=k):
@@ -275,7 +290,7 @@ class Compare(FillScopeNode):
                                           implementation=run.implementation, blocks=blocks,
                                           attention=None if run.attention == "as loaded" else run.attention,
                                           facts=facts, callback=callback, **run.options)
-            result.spec = _Spec(label, run)
+            result.spec = run
             results.append(result)
             del stack
         a, b = results
@@ -297,44 +312,6 @@ class Compare(FillScopeNode):
         return io.NodeOutput(a.image, b.image, heat, None, ui={"text": [text]})
 
 
-@dataclass
-class _Spec:
-    """What the record says of a node-defined run (the CLI's RunSpec has a job; a node's run has none)."""
-
-    label: str
-    run: RunDefinition
-
-    def describe(self) -> str:
-        return self.run.describe()
-
-    @property
-    def line(self) -> dict:
-        r = self.run
-        return {"family": r.family, "implementation": r.implementation, "dtype": r.dtype, "storage": r.storage,
-                "attention": r.attention, **{k: v for k, v in r.options.items() if isinstance(v, (int, float, str))}}
-
-    implementation = property(lambda self: self.run.implementation)
-    storage = property(lambda self: self.run.storage)
-    attention = property(lambda self: self.run.attention)
-    job = property(lambda self: _Job(self.run))
-
-
-@dataclass
-class _Job:
-    run: RunDefinition
-
-    @property
-    def dtype(self) -> str:
-        stack = self.run.stack
-        if self.run.dtype != "as loaded":
-            return self.run.dtype
-        return stack["transformer"].dtype if "transformer" in stack else "the MODEL's"
-
-    @property
-    def options(self) -> dict:
-        return self.run.options
-
-
 def native_flux_fill(rec, run, stack, prompt, prepared, steps, seed, callback):
     """FillScope's FLUX Fill stages with ComfyUI's own MODEL as the sampler's denoiser (nodes/native_model.py), every
     boundary captured: the text, the condition and the decode are FillScope's, the denoiser output at each step and
@@ -342,8 +319,6 @@ def native_flux_fill(rec, run, stack, prompt, prepared, steps, seed, callback):
     import time
 
     from ..fillscope.compare.capture import BoundaryCapture
-    from ..fillscope.compare.runs import RunResult
-    from ..fillscope.decode import decode_to_image
     from ..fillscope.pipelines.flux_fill import build_fill_condition, encode_prompt, sample_flux_fill
     from . import memory, native_model
 
@@ -356,10 +331,7 @@ def native_flux_fill(rec, run, stack, prompt, prepared, steps, seed, callback):
     latent = native_model.run_native(run.model, condition.masked_latents.shape, lambda r: sample_flux_fill(
         native_model.flux_fill_denoiser(r, config), text, condition, steps=steps, seed=seed, callback=callback,
         observe=capture, **options))
-    with memory.use(stack["vae"], rec=rec):
-        image = decode_to_image(stack["vae"], latent, observe=capture)
-    return RunResult(None, capture, image.float().cpu(), prepared.paste_mask[..., 0].float().cpu(),
-                     time.perf_counter() - start, {"denoiser": "ComfyUI's MODEL (apply_model)"})
+    return _decoded(rec, stack["vae"], latent, prepared, capture, start)
 
 
 def native_sd3(rec, run, stack, prompt, prepared, steps, seed, callback):
@@ -368,8 +340,6 @@ def native_sd3(rec, run, stack, prompt, prepared, steps, seed, callback):
     import time
 
     from ..fillscope.compare.capture import BoundaryCapture
-    from ..fillscope.compare.runs import RunResult
-    from ..fillscope.decode import decode_to_image
     from ..fillscope.pipelines.sd3_controlnet import (build_inpaint_condition, encode_prompt,
                                                       sample_sd3_controlnet_inpaint)
     from . import memory, native_model, native_sd3 as sd3
@@ -390,8 +360,19 @@ def native_sd3(rec, run, stack, prompt, prepared, steps, seed, callback):
         latent = native_model.run_native(run.model, shape, lambda r: sample_sd3_controlnet_inpaint(
             sd3.sd3_denoiser(r, config), stack["controlnet"], positive, negative, condition, steps=steps, seed=seed,
             callback=callback, observe=capture, **options))
-    with memory.use(stack["vae"], rec=rec):
-        image = decode_to_image(stack["vae"], latent, observe=capture)
+    return _decoded(rec, stack["vae"], latent, prepared, capture, start)
+
+
+def _decoded(rec, vae, latent, prepared, capture, start):
+    """A native run's end: FillScope's decode, captured, and the run's result (its spec set by the caller)."""
+    import time
+
+    from ..fillscope.compare.runs import RunResult
+    from ..fillscope.decode import decode_to_image
+    from . import memory
+
+    with memory.use(vae, rec=rec):
+        image = decode_to_image(vae, latent, observe=capture)
     return RunResult(None, capture, image.float().cpu(), prepared.paste_mask[..., 0].float().cpu(),
                      time.perf_counter() - start, {"denoiser": "ComfyUI's MODEL (apply_model)"})
 

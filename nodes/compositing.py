@@ -77,7 +77,8 @@ class CropForInpaint(FillScopeNode):
             rec.tensor("context_mask", context_mask, "input")
         out = crop_for_inpaint(image, mask, context_mask=context_mask, context_factor=context_factor,
                                padding=padding, target_long_side=target, regions=regions, min_area=min_area,
-                               merge_distance=merge_distance, **{**CROP_OPTION_DEFAULTS, **options})
+                               merge_distance=merge_distance,
+                               **{k: v for k, v in options.items() if v is not None})  # unset: the engine's default
         record_crop(rec, out.record)
         for n in out.notes:
             if n not in rec.record["notes"]:
@@ -92,11 +93,16 @@ class CropForInpaint(FillScopeNode):
 
 
 # the crop options beyond the box (all optional: a workflow saved before them loads and runs as it did, but for
-# min_scale's automatic split); engine names and defaults as crop_for_inpaint takes them
-CROP_OPTION_DEFAULTS = {"size_mode": "long side", "width": 1024, "height": 1024, "min_side": 0, "max_side": 0,
-                        "multiple": 16, "downscale": "bilinear", "upscale": "bilinear", "past_edge": "shift inside",
-                        "fill_colour": "#808080", "threshold": 0.0, "fill_holes": False, "grow": 0,
-                        "blend_outside": 0, "min_scale": 0.5}
+# min_scale's automatic split), by crop_for_inpaint's names; their defaults are read from its signature
+CROP_OPTIONS = ("size_mode", "width", "height", "min_side", "max_side", "multiple", "downscale", "upscale",
+                "past_edge", "fill_colour", "threshold", "fill_holes", "grow", "blend_outside", "min_scale")
+
+
+def crop_option_defaults() -> dict:
+    import inspect
+
+    params = inspect.signature(crop_for_inpaint).parameters
+    return {name: params[name].default for name in CROP_OPTIONS}
 
 
 def crop_option_inputs():
@@ -105,7 +111,7 @@ def crop_option_inputs():
     from ..fillscope.compositing.crop_boxes import PAST_EDGE, SIZE_MODES
     from ..fillscope.resample import FILTERS
 
-    d, B = CROP_OPTION_DEFAULTS, c.bounds.CROP
+    d, B = crop_option_defaults(), c.bounds.CROP
     return [
         io.Combo.Input("size_mode", options=list(SIZE_MODES), default=d["size_mode"], optional=True,
                        tooltip="long side: the long side is target, the short side follows the box. fixed: exactly "

@@ -14,7 +14,7 @@ import pytest
 from PIL import Image
 
 from fillscope.cli import main
-from tiny_flux import build_tiny_flux_fill_folder
+from tiny_flux import tiny_flux_fill_job
 
 REPO = __import__("pathlib").Path(__file__).resolve().parent.parent
 
@@ -22,14 +22,7 @@ REPO = __import__("pathlib").Path(__file__).resolve().parent.parent
 @pytest.fixture(scope="module")
 def job(tmp_path_factory):
     d = tmp_path_factory.mktemp("compare")
-    folder = build_tiny_flux_fill_folder(d / "flux", seed=0)
-    rng = np.random.default_rng(0)
-    Image.fromarray((rng.random((64, 96, 3)) * 255).astype(np.uint8)).save(d / "img.png")
-    m = np.zeros((64, 96), np.uint8)
-    m[16:48, 24:72] = 255
-    Image.fromarray(m).save(d / "mask.png")
-    spec = {"family": "flux-fill", "models": str(folder), "image": "img.png", "mask": "mask.png",
-            "prompt": "a red brick fireplace", "seed": 1, "steps": 3, "dtype": "fp32"}
+    spec = {**tiny_flux_fill_job(d, steps=3), "image": "img.png", "mask": "mask.png"}  # read from a.json's folder
     (d / "a.json").write_text(json.dumps(spec))
     return d
 

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
-from tiny_flux import build_tiny_flux_fill_folder
+from tiny_flux import tiny_flux_fill_job
 
 from fillscope.cli import main
 from fillscope.compare.capture import BoundaryCapture
@@ -195,15 +195,7 @@ def test_a_shapes_only_comparison_shows_the_meta_note_and_no_image(tmp_path):
 
 def test_the_tiny_flux_fill_compare_command_writes_a_page_of_its_json(tmp_path):
     """A real run: `fillscope compare` of the tiny FLUX.1 Fill, fp32 against bf16, 1 step."""
-    folder = build_tiny_flux_fill_folder(tmp_path / "flux", seed=0)
-    rng = np.random.default_rng(0)
-    Image.fromarray((rng.random((64, 96, 3)) * 255).astype(np.uint8)).save(tmp_path / "img.png")
-    m = np.zeros((64, 96), np.uint8)
-    m[16:48, 24:72] = 255
-    Image.fromarray(m).save(tmp_path / "mask.png")
-    spec = {"family": "flux-fill", "models": str(folder), "image": str(tmp_path / "img.png"),
-            "mask": str(tmp_path / "mask.png"), "prompt": "a red brick fireplace", "seed": 1, "steps": 1,
-            "dtype": "fp32"}
+    spec = tiny_flux_fill_job(tmp_path, steps=1)
     assert main(["compare", json.dumps(spec), '{"dtype": "bf16"}', "--out", str(tmp_path / "out")]) == 1
     out = tmp_path / "out"
     doc = json.loads((out / "compare.json").read_text())

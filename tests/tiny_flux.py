@@ -334,3 +334,19 @@ def initial_noise(seed: int, height: int, width: int, batch: int = 1) -> torch.T
     """The unpacked noise FluxFillPipeline draws first when VAE encodes do not consume the generator:
     ``randn((B, 16, 2*(H//16), 2*(W//16)), generator=Generator('cpu').manual_seed(seed))`` in float32 on CPU."""
     return first_randn(seed, (batch, 16, 2 * (int(height) // 16), 2 * (int(width) // 16)))
+
+
+def tiny_flux_fill_job(d: Path, *, steps: int) -> dict:
+    """A batch job line (docs/batches.md) on a tiny FLUX.1 Fill folder built in `d`, with a 96x64 random image and a
+    rectangular mask written there (absolute paths): what the compare tests run two ways."""
+    import numpy as np
+    from PIL import Image
+
+    folder = build_tiny_flux_fill_folder(d / "flux", seed=0)
+    rng = np.random.default_rng(0)
+    Image.fromarray((rng.random((64, 96, 3)) * 255).astype(np.uint8)).save(d / "img.png")
+    m = np.zeros((64, 96), np.uint8)
+    m[16:48, 24:72] = 255
+    Image.fromarray(m).save(d / "mask.png")
+    return {"family": "flux-fill", "models": str(folder), "image": str(d / "img.png"), "mask": str(d / "mask.png"),
+            "prompt": "a red brick fireplace", "seed": 1, "steps": steps, "dtype": "fp32"}

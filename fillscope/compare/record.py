@@ -33,16 +33,14 @@ def compare_document(comparison, a, b) -> dict:
     """The JSON record of a comparison (a, b: runs.RunResult)."""
     import datetime
 
-    def run(r):
-        return {"label": r.spec.label, "describe": r.spec.describe(), "spec": r.spec.line,
-                "implementation": r.spec.implementation, "dtype": r.spec.job.dtype, "storage": r.spec.storage,
-                "attention": r.spec.attention, "step_cache": r.spec.job.options.get("step_cache", "off"),
-                "seconds": round(r.seconds, 3), "facts": r.facts, "boundaries": len(r.capture.seen)}
+    def run(label, r):  # r.spec: the CLI's spec.RunSpec or a node's run definition, each with its summary()
+        return {"label": label, **r.spec.summary(), "seconds": round(r.seconds, 3), "facts": r.facts,
+                "boundaries": len(r.capture.seen)}
 
     return {"schema": SCHEMA, "provenance": {
                 "measured": "in this run", "date": datetime.datetime.now(datetime.timezone.utc).isoformat(
                     timespec="seconds"), **_versions()},
-            "a": run(a), "b": run(b), "comparison": comparison.as_dict()}
+            "a": run("A", a), "b": run("B", b), "comparison": comparison.as_dict()}
 
 
 def write_compare(comparison, a, b, out_dir, name: str = "compare") -> dict:

@@ -37,8 +37,9 @@ def _stack_for(spec, device: str, cache: dict):
         facts = {}
         if spec.storage == "fp8_e4m3fn":
             from ..fp8 import store_blocks_in_fp8
+            from .variants import FP8_COMPONENTS
 
-            for name in ("transformer", "t5", "qwen3"):
+            for name in FP8_COMPONENTS:
                 if name in stack:
                     facts[f"{name} storage"] = store_blocks_in_fp8(stack[name])
         cache[key] = (stack, facts)

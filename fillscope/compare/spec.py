@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import FillScopeInputError
+from .variants import STORAGES
 
 IMPLEMENTATIONS = ("fillscope", "diffusers")
-STORAGE = ("as loaded", "fp8_e4m3fn")
 RUN_FIELDS = {"implementation": "fillscope", "storage": "as loaded", "attention": None, "blocks": False,
               "memory": None}
 JOB_FIELDS = ("image", "mask", "prompt", "negative", "seed", "steps", "family")  # the same in A and B
@@ -54,6 +54,12 @@ class RunSpec:
         if self.memory:
             parts.append(f"memory {self.memory}")
         return ", ".join(parts)
+
+    def summary(self) -> dict:
+        """What the record (record.compare_document) says of this run."""
+        return {"describe": self.describe(), "spec": self.line, "implementation": self.implementation,
+                "dtype": self.job.dtype, "storage": self.storage, "attention": self.attention,
+                "step_cache": self.job.options.get("step_cache", "off")}
 
 
 def read_spec_text(text: str, name: str) -> tuple[dict, Path]:
@@ -90,8 +96,8 @@ def _run_fields(obj: dict, name: str) -> dict:
                    f"one of {', '.join(IMPLEMENTATIONS)}" if value == "native"
                    else f"choose one of {', '.join(IMPLEMENTATIONS)}")
             raise FillScopeInputError(f"{name}.implementation", f"is {value!r}.", fix + ".")
-        if key == "storage" and value not in STORAGE:
-            raise FillScopeInputError(f"{name}.storage", f"is {value!r}.", f"choose one of {', '.join(STORAGE)}.")
+        if key == "storage" and value not in STORAGES:
+            raise FillScopeInputError(f"{name}.storage", f"is {value!r}.", f"choose one of {', '.join(STORAGES)}.")
         if key == "attention" and value is not None and (not isinstance(value, str) or not value.strip()
                                                           or "\x00" in value):
             raise FillScopeInputError(f"{name}.attention", f"is {value!r}.",

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from ..errors import FillScopeInputError
 
 DTYPES = ("as loaded", "fp32", "bf16", "fp16")
+STORAGES = ("as loaded", "fp8_e4m3fn")  # fp8_e4m3fn: block weights kept in float8 (fp8.store_blocks_in_fp8)
 FP8_COMPONENTS = ("transformer", "t5", "qwen3")  # the big ones the loaders offer fp8 storage for
 
 
@@ -29,8 +30,8 @@ def stack_variant(stack: dict, *, dtype: str = "as loaded", storage: str = "as l
 
     if dtype not in DTYPES:
         raise FillScopeInputError("dtype", f"is {dtype!r}.", f"choose one of {', '.join(DTYPES)}.")
-    if storage not in ("as loaded", "fp8_e4m3fn"):
-        raise FillScopeInputError("storage", f"is {storage!r}.", "choose as loaded or fp8_e4m3fn.")
+    if storage not in STORAGES:
+        raise FillScopeInputError("storage", f"is {storage!r}.", f"choose one of {', '.join(STORAGES)}.")
     out, facts = dict(stack), {}
     for name, comp in stack.items():
         if comp.is_meta:

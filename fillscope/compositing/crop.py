@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from ..bounds import CROP, number_problem
 from ..errors import FillScopeInputError
 from ..pixels import as_mask, as_rgb, require_finite
 from .crop_boxes import CropSize, bbox_of, crop_size, cut_box, fit_box, parse_colour, union, wanted_size  # noqa: F401
@@ -58,7 +59,6 @@ class CropBox:
 
     def measure_in_crop(self, crop_mask) -> None:
         """The mask's size in the crop: its bounding box and its stroke width, in crop px ([h,w] crop mask)."""
-        from .crop_boxes import bbox_of
         from .crop_masks import mask_width
 
         present = crop_mask > 0.5
@@ -261,10 +261,9 @@ def crop_for_inpaint(image, mask, *, context_mask=None, context_factor: float = 
         if value not in FILTERS:
             raise FillScopeInputError(name, f"is {value!r}; it must be one of {', '.join(FILTERS)}.",
                                       f"choose one of {', '.join(FILTERS)}.")
-    from ..bounds import CROP, number_problem
-
-    if number_problem(min_scale, CROP["min_scale"]):
-        raise FillScopeInputError("min_scale", f"is {min_scale!r}: it {number_problem(min_scale, CROP['min_scale'])}.",
+    problem = number_problem(min_scale, CROP["min_scale"])
+    if problem:
+        raise FillScopeInputError("min_scale", f"is {min_scale!r}: it {problem}.",
                                   "set min_scale to 0 (never split) or e.g. 0.5 (split a box scaled under half).")
     for name, t in (("image", image), ("mask", mask), ("context_mask", context_mask)):
         if t is not None:
@@ -403,8 +402,6 @@ def _paste_area(record: StitchRecord, crop: CropBox, margin: int):
     """(y0, y1, x0, x1) in photo px: where the crop can change anything, its mask's bounding box grown by
     blend_outside + `margin` px, inside its box and the photo; None when its mask is empty. Only this area is
     blended: the rest of a big box keeps the source without being computed."""
-    from .crop_boxes import bbox_of
-
     box = bbox_of(crop.mask > 0)
     if box is None:
         return None

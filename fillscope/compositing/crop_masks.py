@@ -55,21 +55,20 @@ def _fill_holes_2d(binary):
 
 def fill_enclosed(mask):
     """[B,H,W] mask -> the same with the pixels it encloses set to 1 (worked inside each image's mask box only)."""
+    import numpy as np
     import torch
+
+    from .crop_boxes import bbox_of
 
     out = mask.clone()
     for i in range(mask.shape[0]):
         present = mask[i] > 0
-        rows, cols = present.any(dim=1), present.any(dim=0)
-        if not bool(rows.any()):
+        box = bbox_of(present)
+        if box is None:
             continue
-        y0, y1 = int(rows.nonzero()[0]), int(rows.nonzero()[-1]) + 1
-        x0, x1 = int(cols.nonzero()[0]), int(cols.nonzero()[-1]) + 1
-        box = present[y0:y1, x0:x1].cpu().numpy()
+        y0, x0, y1, x1 = box
         # a one-pixel frame of background around the box: a hole is what that frame cannot reach
-        import numpy as np
-
-        framed = np.pad(box, 1)
+        framed = np.pad(present[y0:y1, x0:x1].cpu().numpy(), 1)
         filled = torch.from_numpy(_fill_holes_2d(framed)[1:-1, 1:-1]).to(mask.device)
         holes = filled & ~present[y0:y1, x0:x1]
         out[i, y0:y1, x0:x1] = torch.where(holes, torch.ones_like(out[i, y0:y1, x0:x1]), out[i, y0:y1, x0:x1])
@@ -79,17 +78,16 @@ def fill_enclosed(mask):
 def grown_in_box(mask, pixels: int):
     """[B,H,W] -> the mask dilated by `pixels` (pixels.dilate), computed on each image's mask box grown by
     `pixels` only: a small hole on a 4096x3072 photo costs a small box, not the whole photo."""
+    from .crop_boxes import bbox_of
+
     out = mask.clone()
     H, W = mask.shape[-2:]
     for i in range(mask.shape[0]):
-        present = mask[i] > 0
-        rows, cols = present.any(dim=1), present.any(dim=0)
-        if not bool(rows.any()):
+        box = bbox_of(mask[i] > 0)
+        if box is None:
             continue
-        y0 = max(0, int(rows.nonzero()[0]) - pixels)
-        y1 = min(H, int(rows.nonzero()[-1]) + 1 + pixels)
-        x0 = max(0, int(cols.nonzero()[0]) - pixels)
-        x1 = min(W, int(cols.nonzero()[-1]) + 1 + pixels)
+        y0, x0 = max(0, box[0] - pixels), max(0, box[1] - pixels)
+        y1, x1 = min(H, box[2] + pixels), min(W, box[3] + pixels)
         out[i, y0:y1, x0:x1] = dilate(mask[i : i + 1, None, y0:y1, x0:x1], pixels)[0, 0]
     return out
 

@@ -4,7 +4,7 @@ One box around two far-apart holes is as wide as the gap: on a 4096-px photo it 
 20-px stroke across the picture ends up 5 px wide in the crop, a detail the model can hardly see and Stitch scales
 back up 4x. When a box's scale (crop px per photo px) would fall under `min_scale`:
 1. separate holes become separate crops: the mask's regions (regions.split_regions, no speck dropped), merged
-   greedily while a merged box still reaches min_scale (near holes stay one crop), and down to MAX_PIECES;
+   greedily while a merged box still reaches min_scale (near holes stay one crop), and down to max_pieces;
 2. a thin region (its stroke narrower than THIN_PX once scaled) is cut in two across its long side, again and
    again, until each piece reaches min_scale. Neighbouring pieces share OVERLAP px of the mask, so Stitch
    cross-fades from one fill to the next instead of letting the source through at the cut.
@@ -123,8 +123,7 @@ def split_starved(mask_2d, *, regions: bool, min_area: int, merge_distance: int,
         pieces = [] if whole is None else [whole]
     if min_scale <= 0 or not pieces:
         return pieces
-    before = min(scale_of(_bbox(p)) for p in pieces)
-    regions_before = list(pieces)
+    before, count_before = min(scale_of(_bbox(p)) for p in pieces), len(pieces)
     if not regions and before < min_scale:
         parts = split_regions(mask_2d, min_area=0, merge_distance=merge_distance)
         if 1 < len(parts) <= MAX_SPECKS:
@@ -148,7 +147,7 @@ def split_starved(mask_2d, *, regions: bool, min_area: int, merge_distance: int,
         pieces[k : k + 1] = halves
         for h in halves:
             widths[id(h)] = widths[id(worst)]
-    if len(pieces) > (len(regions_before) if regions else 1):
+    if len(pieces) > count_before:
         notes.append(f"{where}auto split (min_scale {min_scale:g}): one box would be sampled at scale {before:.3g}; "
                      f"split into {len(pieces)} crops (each crop's scale below)")
     return pieces
