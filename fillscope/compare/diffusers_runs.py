@@ -77,9 +77,9 @@ from contextlib import ExitStack, contextmanager
 
 from ..errors import FillScopeInputError
 from ..specs import scheduler_config
+from ..text import CLIP_MAX_LENGTH
 
 FAMILIES = ("flux_fill", "sd3_controlnet", "klein")
-CLIP_TOKENS = 77  # FillScope's CLIP length (text.CLIP_MAX_LENGTH)
 
 
 def run_diffusers(family: str, stack: dict, prompt: str, prepared, *, steps: int, seed: int, capture, **options):
@@ -293,7 +293,7 @@ def _run_flux_fill(undo, stack, prompt, prepared, steps, seed, capture, options)
     pipe = _quiet(FluxFillPipeline(scheduler=_scheduler("flux"), vae=vae.model, text_encoder=clip_model,
                                    tokenizer=clip_l.tokenizer, text_encoder_2=t5.model, tokenizer_2=t5.tokenizer,
                                    transformer=transformer.model))
-    pipe.tokenizer_max_length = CLIP_TOKENS
+    pipe.tokenizer_max_length = CLIP_MAX_LENGTH
 
     original_retrieve = module.retrieve_latents
 
@@ -355,7 +355,7 @@ def _run_sd3_controlnet(undo, stack, prompt, prepared, steps, seed, capture, opt
         text_encoder=parts["clip_l"].model, tokenizer=parts["clip_l"].tokenizer,
         text_encoder_2=parts["clip_g"].model, tokenizer_2=parts["clip_g"].tokenizer,
         text_encoder_3=parts["t5"].model, tokenizer_3=parts["t5"].tokenizer, controlnet=parts["controlnet"].model))
-    pipe.tokenizer_max_length = CLIP_TOKENS
+    pipe.tokenizer_max_length = CLIP_MAX_LENGTH
 
     vae = parts["vae"].model
     original_encode = vae.encode
@@ -383,7 +383,7 @@ def _run_sd3_controlnet(undo, stack, prompt, prepared, steps, seed, capture, opt
 
     def prompts(out, args, kwargs):
         context, _, pooled, _ = out
-        capture("clip_lg.padded", context[:, :CLIP_TOKENS])
+        capture("clip_lg.padded", context[:, :CLIP_MAX_LENGTH])
         capture("joint_context", context)
         capture("pooled", pooled)
 
