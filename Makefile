@@ -4,14 +4,22 @@ SHELL := /bin/bash
 PY := .venv/bin/python
 PYTEST_ARGS ?=
 PORT ?= 8188
+# two workers (this machine's 2 cores), each test module one unit handed out longest first (tests/suite_plan.py);
+# one torch thread per process: two workers and their servers on 2 cores, no thread oversubscription
+PYTEST_WORKERS ?= 2
+PYTEST := OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
-.PHONY: setup test demo serve bench clean
+.PHONY: setup test test-fast demo serve bench clean
 
 setup:
 	@bash scripts/setup.sh
 
 test: setup
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PYTEST) --durations=40 $(PYTEST_ARGS)
+
+# the edit loop: the engine's tests and the server smoke test (docs/tests.md)
+test-fast: setup
+	$(PYTEST) -m "engine or smoke" $(PYTEST_ARGS)
 
 demo: setup
 	@PORT=$(PORT) bash scripts/demo.sh

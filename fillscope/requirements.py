@@ -51,7 +51,8 @@ DEPENDENCIES = (
 )
 
 OPTIONAL = {
-    "test": (Requirement("pytest", "8", None, "the test suite"),),
+    "test": (Requirement("pytest", "8", None, "the test suite"),
+             Requirement("pytest-xdist", "3.8", None, "make test's two workers (tests/suite_plan.py)")),
     # reach.py joins a cluster through Ray's private modules (ray._raylet.GcsClient,
     # ray._private.services.canonicalize_bootstrap_address, ray._common.network_utils.parse_address), which move
     # between minor releases without notice: capped to the minor series the batch tests ran on.

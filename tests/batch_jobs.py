@@ -1,4 +1,4 @@
-"""Shared by tests/test_batch_ray.py and bench/bench_batch_ray.py: the 20-job manifest of tiny fp32 models, and
+"""Shared by tests/test_batch_ray.py and bench/bench_batch_ray.py: the batch manifest of tiny fp32 models, and
 Ray's files kept in a temporary folder."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ H, W = 48, 64
 RAY_ENV = ("HOME", "RAY_TMPDIR", "TMPDIR", "RAY_gcs_server_port_wait_time_s", "RAY_AUTH_MODE")
 
 
-def build_batch_manifest(root: Path, steps: int = 2) -> Path:
-    """root/manifest.jsonl: 8 FLUX Fill, 6 SD3 + ControlNet and 6 klein 4B jobs (seeds and options varied) on tiny
-    fp32 folders built under root, one 64x48 image and mask."""
+def build_batch_manifest(root: Path, steps: int = 2, counts: tuple[int, int, int] = (8, 6, 6)) -> Path:
+    """root/manifest.jsonl: `counts` FLUX Fill, SD3 + ControlNet and klein 4B jobs (default 8, 6, 6: the bench's 20;
+    seeds and options varied) on tiny fp32 folders built under root, one 64x48 image and mask."""
     import numpy as np
     from PIL import Image
     from tiny_flux import build_tiny_flux_fill_folder
@@ -36,11 +36,11 @@ def build_batch_manifest(root: Path, steps: int = 2) -> Path:
     common = {"image": "image.png", "mask": "mask.png", "prompt": "a red brick fireplace", "steps": steps,
               "dtype": "fp32"}
     lines = [{"id": f"flux-{i}", "family": "flux-fill", "models": str(flux), "seed": i, **common,
-              "guidance": 20.0 + i} for i in range(8)]
+              "guidance": 20.0 + i} for i in range(counts[0])]
     lines += [{"id": f"sd3-{i}", "family": "sd3-controlnet", "models": sd3, "seed": 10 + i, **common,
-               "negative": "blurry", "cfg": 3.0 + i / 2} for i in range(6)]
+               "negative": "blurry", "cfg": 3.0 + i / 2} for i in range(counts[1])]
     lines += [{"id": f"klein-{i}", "family": "klein-4b", "models": str(kl), "seed": 20 + i, **common,
-               "grow": i % 3} for i in range(6)]
+               "grow": i % 3} for i in range(counts[2])]
     path = root / "manifest.jsonl"
     path.write_text("".join(json.dumps(x) + "\n" for x in lines))
     return path

@@ -200,11 +200,46 @@ def ignorable_console_error(text: str, url: str) -> bool:
             and "at onChange (" in text and "at load (" in text and "/GraphView-" in text)
 
 
+_SHARED: dict = {}  # {"pw": playwright, "browser": Browser, "executable": path}: one chromium for the test process
+
+
+def shared_browser(executable: str):
+    """One chromium for the whole test process (each page is its own browser context: its own localStorage, cookies
+    and cache, as a new browser's): launching chromium costs seconds, and ~20 pages open in a `make test`. Started
+    on first use, started again if it died, stopped when the process exits or a test that is not a browser module's
+    starts (tests/conftest.py: the report's own renderer starts a sync playwright of its own, and one thread can run
+    only one)."""
+    import atexit
+
+    from playwright.sync_api import sync_playwright
+
+    browser = _SHARED.get("browser")
+    if browser is not None and browser.is_connected() and _SHARED.get("executable") == executable:
+        return browser
+    stop_shared_browser()
+    _SHARED["pw"] = sync_playwright().start()
+    _SHARED["browser"] = _SHARED["pw"].chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+    _SHARED["executable"] = executable
+    if not _SHARED.get("atexit"):
+        atexit.register(stop_shared_browser)
+        _SHARED["atexit"] = True
+    return _SHARED["browser"]
+
+
+def stop_shared_browser() -> None:
+    for key, meth in (("browser", "close"), ("pw", "stop")):
+        obj = _SHARED.pop(key, None)
+        if obj is not None:
+            try:
+                getattr(obj, meth)()
+            except Exception:
+                pass
+
+
 class ComfyPage:
     def __init__(self, url: str, *, viewport=(1600, 1000), settings: dict | None = None,
-                 executable: str | None = None, timeout_s: float = 60.0, playwright=None):
-        """`playwright`: another ComfyPage's running playwright (its `_pw`) to launch this page's browser with: one
-        thread runs one sync playwright at a time. This page then leaves it running on close."""
+                 executable: str | None = None, timeout_s: float = 60.0):
+        """A page in its own browser context of the process's one chromium (shared_browser)."""
         self.url = url.rstrip("/")
         self.viewport = {"width": viewport[0], "height": viewport[1]}
         self.settings = {**DEFAULT_SETTINGS, **(settings or {})}
@@ -215,9 +250,9 @@ class ComfyPage:
         self.ignored_console_errors: list[str] = []  # see ignorable_console_error
         self.http_errors: list[str] = []  # responses >= 400 from the pack's extension files
         self.dialogs: list[str] = []  # JS alert/confirm/prompt dialogs (dismissed)
-        self._shared_pw = playwright
         self._pw = None
         self.browser = None
+        self.context = None
         self.page = None
 
     # ---- lifecycle ------------------------------------------------------------------------------
@@ -228,15 +263,14 @@ class ComfyPage:
         self.close()
 
     def start(self) -> "ComfyPage":
-        from playwright.sync_api import sync_playwright
-
         if not self.executable:
             raise BrowserError("chromium not found (apt-get install chromium, or set FILLSCOPE_CHROMIUM)")
         self.preset_settings(self.settings)
-        self._pw = self._shared_pw or sync_playwright().start()
         try:
-            self.browser = self._pw.chromium.launch(executable_path=self.executable, args=CHROMIUM_ARGS)
-            self.page = self.browser.new_page(viewport=self.viewport)
+            self.browser = shared_browser(self.executable)
+            self._pw = _SHARED["pw"]
+            self.context = self.browser.new_context(viewport=self.viewport)
+            self.page = self.context.new_page()
             self.page.add_init_script(
                 # runs in every frame, sandboxed ones (no storage: SecurityError) included
                 "(() => { const kv = %s; try { for (const k in kv) localStorage.setItem(k, kv[k]); } catch (e) {} })()"
@@ -255,13 +289,13 @@ class ComfyPage:
         return self
 
     def close(self) -> None:
-        for obj, meth in ((self.browser, "close"), (None if self._shared_pw else self._pw, "stop")):
-            if obj is not None:
-                try:
-                    getattr(obj, meth)()
-                except Exception:
-                    pass
-        self.browser = self._pw = self.page = None
+        """Closes this page's context; the shared chromium stays for the next page."""
+        if self.context is not None:
+            try:
+                self.context.close()
+            except Exception:
+                pass
+        self.browser = self._pw = self.context = self.page = None
 
     def _on_console(self, msg) -> None:
         if msg.type == "error":
@@ -297,7 +331,7 @@ class ComfyPage:
     def history(self, prompt_id: str) -> dict:
         return http_json(f"{self.url}/history/{urllib.parse.quote(prompt_id, safe='')}").get(prompt_id, {})
 
-    def wait_history(self, prompt_id: str, timeout: float = 120.0, poll: float = 0.25) -> dict:
+    def wait_history(self, prompt_id: str, timeout: float = 120.0, poll: float = 0.05) -> dict:
         """GET /history/<prompt_id> until the prompt finished; its entry. BrowserError on an execution error."""
         deadline = time.monotonic() + timeout
         while True:

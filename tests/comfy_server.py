@@ -198,7 +198,7 @@ class ComfyServer:
                 return self
             except (OSError, ComfyServerError) as e:  # URLError is an OSError
                 last_err = e
-                time.sleep(0.5)
+                time.sleep(0.2)
         log = self.log_text()
         self.stop()
         raise ComfyServerError(
@@ -247,11 +247,22 @@ class ComfyServer:
     def __exit__(self, *exc) -> None:
         self.cleanup()
 
-    def log_text(self) -> str:
+    def log_text(self, since: int = 0) -> str:
+        """The server's log (stdout and stderr), from byte offset `since` (a log_size() taken earlier) on."""
         try:
-            return self.log_path.read_text(encoding="utf-8", errors="replace")
+            with open(self.log_path, "rb") as f:
+                f.seek(since)
+                text = f.read().decode("utf-8", errors="replace")
         except FileNotFoundError:
             return ""
+        return text.replace("\r\n", "\n").replace("\r", "\n")  # as a text-mode read gives it
+
+    def log_size(self) -> int:
+        """Bytes in the log so far: log_text(since=log_size()) later is what the server logged in between."""
+        try:
+            return self.log_path.stat().st_size
+        except FileNotFoundError:
+            return 0
 
     # ---- HTTP -------------------------------------------------------------------------------
     def _request(self, method: str, path: str, body: Any = None, timeout: float = 60.0) -> tuple[int, bytes]:
@@ -307,7 +318,7 @@ class ComfyServer:
     def queue_state(self) -> dict:
         return self.get_json("/queue")
 
-    def wait(self, prompt_id: str, timeout: float = 300.0, poll: float = 0.25, raise_on_error: bool = True) -> dict:
+    def wait(self, prompt_id: str, timeout: float = 300.0, poll: float = 0.05, raise_on_error: bool = True) -> dict:
         """Poll /history/<prompt_id> until the prompt finished; returns the history entry
         ({"prompt", "outputs", "status", "meta"}). ComfyExecutionError if it failed (raise_on_error),
         ComfyServerError if the server dies, TimeoutError after `timeout` seconds."""
@@ -358,18 +369,129 @@ TEST_NODES = Path(__file__).resolve().parent / "comfy_nodes"  # test-only ComfyU
 
 class ServerWithTestNodes(ComfyServer):
     """A test server with tests/comfy_nodes as one more custom_nodes folder (ComfyUI's own classes built tiny, tensor
-    savers ...)."""
+    savers ...).
+
+    One serves every test module that needs it in a pytest session (tests/conftest.py's `test_nodes_server`, one per
+    xdist worker); a module's own `server` fixture is `with test_nodes_server.module(prepare) as server`, which gives
+    the module the server as a fresh one looks (module()): its own files written while the server runs, nothing of
+    the modules before it running, cached, loaded or in the output folder."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.module_log_start = 0  # log_size() when the module now using the server began (module())
+        self._installed: dict[str, str] = {}  # "models/..." / "input/..." file -> the prepare that wrote it first
 
     def _write_model_paths(self) -> None:
         super()._write_model_paths()
         with open(self.extra_model_paths, "a", encoding="utf-8") as f:
             f.write(f"fillscope_test_nodes:\n    custom_nodes: {json.dumps(str(TEST_NODES))}\n")
 
+    @contextlib.contextmanager
+    def module(self, prepare=None):
+        """This server (started if it is not) for one test module, as a server started for it alone would be:
+
+        - settle(): whatever an earlier module left queued or running is stopped, ComfyUI's cached node outputs are
+          dropped (a prompt identical to an earlier module's runs again) and its models unloaded;
+        - the output folder is emptied (file names, counters and "no such file" checks as on a new server);
+        - `prepare(server)` writes the module's models and input images (install(): into a staging folder first,
+          then moved in; a file another module already wrote must have the same bytes, else ComfyServerError);
+        - `module_log_start`: where the module's part of the log begins (log_text(since=server.module_log_start)).
+
+        A server that an earlier module's test ended is started again first (on the same folders, the old log kept as
+        server-<n>.log), as that module's own server would have gone with it. On leaving: /free, so the module's models
+        do not stay loaded while later modules run."""
+        if self.proc is not None and not self.alive():
+            self.stop()
+            if self.log_path.is_file():
+                kept = len(list(self.workdir.glob("server-*.log")))
+                self.log_path.rename(self.log_path.with_name(f"server-{kept}.log"))
+            self.port = free_port()
+            self.url = f"http://{self.host}:{self.port}"
+        self.start()
+        self.settle()
+        self.clear_output()
+        if prepare is not None:
+            self.install(prepare)
+        self.module_log_start = self.log_size()
+        try:
+            yield self
+        finally:
+            if self.alive():
+                self.free()
+
+    def settle(self, timeout: float = 600.0) -> None:
+        """Stop what is queued or running, then /free (unload the models, drop every cached node output) and wait
+        until that took effect: ComfyUI's prompt worker handles /free's flags after its current prompt and before it
+        takes the next one, so once one more prompt has finished, any prompt queued after it runs on a fresh cache."""
+        self.post_json("/queue", {"clear": True})
+        self.interrupt()
+        self.free()
+        marker = {"img": {"class_type": "EmptyImage",
+                          "inputs": {"width": 8, "height": 8, "batch_size": 1, "color": 0x5E771E}},
+                  "out": {"class_type": "PreviewImage", "inputs": {"images": ["img", 0]}}}
+        self.run(marker, timeout=timeout)
+
+    def clear_output(self) -> None:
+        for entry in self.output_dir.iterdir() if self.output_dir.is_dir() else ():
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+
+    def install(self, prepare) -> None:
+        """Run `prepare(staged)` on a staging folder (`staged.models_dir` with the model folders, `staged.input_dir`;
+        nothing else of the server), then move what it wrote into the server's models and input folders. ComfyUI sees
+        a file added to a folder while it runs (folder_paths checks the folders' mtimes, FillScope's menus walk them).
+        A file that is already there (another module wrote it) must have the very same bytes: it is left as it is (a
+        file the server may have mapped is never rewritten); a different one raises ComfyServerError naming both
+        prepares, so that one of them is renamed. Checked before anything moves."""
+        import filecmp
+        import types
+
+        who = f"{getattr(prepare, '__module__', '?')}.{getattr(prepare, '__qualname__', repr(prepare))}"
+        staging = Path(tempfile.mkdtemp(prefix="prepare-", dir=self.workdir))
+        try:
+            staged = types.SimpleNamespace(models_dir=staging / "models", input_dir=staging / "input")
+            for folder in MODEL_FOLDERS:
+                (staged.models_dir / folder).mkdir(parents=True)
+            staged.input_dir.mkdir()
+            prepare(staged)
+            moves, conflicts = [], []
+            for top, target in (("models", self.models_dir), ("input", self.input_dir)):
+                target.mkdir(parents=True, exist_ok=True)
+                for src in sorted((staging / top).rglob("*")):  # a folder before what is in it
+                    rel = f"{top}/{src.relative_to(staging / top).as_posix()}"
+                    dst = target / src.relative_to(staging / top)
+                    if src.is_symlink() or not (src.is_dir() or src.is_file()):
+                        raise ComfyServerError(f"{who} wrote {rel}, neither a folder nor a file")
+                    if src.is_dir():
+                        if dst.exists() and not dst.is_dir():
+                            conflicts.append(f"{rel} (a folder here, a file of {self._installed.get(rel, '?')})")
+                        else:
+                            moves.append((None, dst, rel))
+                    elif not dst.exists():
+                        moves.append((src, dst, rel))
+                    elif not (dst.is_file() and filecmp.cmp(src, dst, shallow=False)):
+                        conflicts.append(f"{rel} (first written by {self._installed.get(rel, '?')})")
+            if conflicts:
+                raise ComfyServerError(
+                    f"{who} writes files that another test module on this shared server wrote with other contents; "
+                    "give one of them another name:\n  " + "\n  ".join(conflicts))
+            for src, dst, rel in moves:
+                if src is None:
+                    dst.mkdir(exist_ok=True)
+                else:
+                    os.replace(src, dst)  # one rename: the server never sees half a file
+                    self._installed[rel] = who
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+
 
 @contextlib.contextmanager
 def server_with_test_nodes(prepare=None):
-    """A started ServerWithTestNodes for one test module, `prepare(server)` run first (models, inputs), cleaned up
-    afterwards; skipped where ComfyUI is not installed (a failure under CI, tests/conftest.py)."""
+    """A started ServerWithTestNodes of its own, `prepare(server)` run first (models, inputs), cleaned up afterwards;
+    skipped where ComfyUI is not installed (a failure under CI, tests/conftest.py). Test modules share one instead
+    (tests/conftest.py's `test_nodes_server` and ServerWithTestNodes.module)."""
     import pytest
 
     if not comfyui_installed():

@@ -29,6 +29,9 @@ CI_SKIP_FAILURE = "skipped under CI ({}): under CI=true only tests marked @pytes
 
 
 def pytest_collection_modifyitems(config, items):
+    import suite_plan
+
+    suite_plan.plan(items)  # kinds (engine / server / browser / ray) and xdist work units, longest first
     cuda = [item for item in items if item.get_closest_marker("cuda")]
     if cuda:
         import torch
@@ -36,6 +39,14 @@ def pytest_collection_modifyitems(config, items):
         if not torch.cuda.is_available():
             for item in cuda:
                 item.add_marker(pytest.mark.skip(reason=CUDA_SKIP_REASON))
+
+
+def pytest_runtest_setup(item):
+    """A test outside the browser modules gets a thread without tests/browser.py's shared playwright: the report
+    renderer (fillscope/trace/report) and test_compare_page.py start their own, and one thread runs one at a time."""
+    browser = sys.modules.get("browser")
+    if browser is not None and not item.get_closest_marker("browser"):
+        browser.stop_shared_browser()
 
 
 def _skip_reason(report) -> str:
@@ -126,22 +137,39 @@ def silent_port():
 # --- real ComfyUI server (tests/comfy_server.py) -------------------------------------------------
 
 
-@pytest.fixture(scope="session")
-def comfy_server():
-    """One real ComfyUI server (CPU, pack linked) for the whole session. Skipped when ComfyUI is not
-    installed (a failure under CI, like every non-CUDA skip)."""
+def _session_server(server_class, what: str):
+    """A started server of `server_class` for the session, cleaned up afterwards (its log kept and named with
+    FILLSCOPE_KEEP_SERVER_LOG). Skipped when ComfyUI is not installed (a failure under CI, like every non-CUDA skip)."""
     if not comfyui_installed():
         pytest.skip(f"ComfyUI not installed at {comfyui_path()} (run `make setup` or set COMFYUI_PATH)")
-    server = ComfyServer()
+    server = server_class()
     try:
         server.start()
         yield server
     finally:
         if os.environ.get("FILLSCOPE_KEEP_SERVER_LOG"):
-            print(f"\nComfyUI server log: {server.log_path}")
+            print(f"\n{what} log: {server.log_path}")
             server.stop()
         else:
             server.cleanup()
+
+
+@pytest.fixture(scope="session")
+def comfy_server():
+    """One real ComfyUI server (CPU, pack linked) for the whole session (per xdist worker)."""
+    yield from _session_server(ComfyServer, "ComfyUI server")
+
+
+@pytest.fixture(scope="session")
+def test_nodes_server():
+    """One real ComfyUI server with tests/comfy_nodes as one more custom_nodes folder (comfy_server.ServerWithTestNodes)
+    for the whole session (per xdist worker), shared by the modules that test FillScope next to ComfyUI's own classes
+    built tiny. Each such module's `server` fixture is `with test_nodes_server.module(prepare) as server`: its own
+    models and input images written into the running server, nothing of the modules before it left running, cached,
+    loaded or in the output folder."""
+    from comfy_server import ServerWithTestNodes
+
+    yield from _session_server(ServerWithTestNodes, "ComfyUI test-nodes server")
 
 
 @pytest.fixture(scope="session")

@@ -1,5 +1,6 @@
-"""Batches on Ray (fillscope/batch/cluster.py), on this CPU machine with real Ray: a 20-job manifest of tiny fp32
-FLUX Fill, SD3 + ControlNet and klein jobs gives the in-process batch's images, bit for bit,
+"""Batches on Ray (fillscope/batch/cluster.py), on this CPU machine with real Ray: a 7-job manifest of tiny fp32
+FLUX Fill, SD3 + ControlNet and klein jobs (the fewest that still show both workers busy, a killed job run again and
+an interrupted batch resumed) gives the in-process batch's images, bit for bit,
 
 - on a local Ray cluster with 2 CPU workers (both used, one line a job in batch.jsonl, written by the driver);
 - on a simulated two-node cluster (ray.cluster_utils.Cluster), jobs on both nodes;
@@ -37,7 +38,8 @@ pytestmark = pytest.mark.skipif(not tokenizers_available(), reason="ComfyUI toke
 from fillscope.batch.cluster import plan_workers, run_batch_on_ray  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
-N_JOBS = 20
+COUNTS = (3, 2, 2)  # FLUX Fill, SD3 + ControlNet, klein: flux-0..2, sd3-0..1, klein-0..1
+N_JOBS = sum(COUNTS)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -47,8 +49,8 @@ def ray_home(ray_tmp_env):
 
 @pytest.fixture(scope="module")
 def manifest(tmp_path_factory):
-    """20 jobs: 8 FLUX Fill, 6 SD3 + ControlNet, 6 klein 4B, seeds and options varied, one image and mask."""
-    path = build_batch_manifest(tmp_path_factory.mktemp("ray_batch"))
+    """COUNTS jobs of FLUX Fill, SD3 + ControlNet and klein 4B, seeds and options varied, one image and mask."""
+    path = build_batch_manifest(tmp_path_factory.mktemp("ray_batch"), counts=COUNTS)
     assert len(path.read_text().splitlines()) == N_JOBS
     return path
 
@@ -128,7 +130,7 @@ def test_killing_a_worker_mid_job_loses_nothing(manifest, in_process, tmp_path):
 
     def started(batch):
         def on_result(result, done, total):
-            if done == 3 and not killed:
+            if done == 2 and not killed:
                 busy = [(pid, job) for pid, job in batch.busy() if pid is not None]
                 pid, job = busy[0]
                 os.kill(pid, signal.SIGKILL)
@@ -150,11 +152,14 @@ def test_a_rerun_after_an_interrupted_batch_runs_only_the_missing_jobs(manifest,
     out = tmp_path / "out"
     command = [sys.executable, "-m", "fillscope", "batch", str(manifest), "--out", str(out), "--device", "cpu",
                "--ray", "local", "--workers", "2", "--max-resident", "3", "--no-progress"]
-    proc = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # SIGINT back to its default in the child: a shell without job control starts background jobs with SIGINT
+    # ignored, the ignore is inherited down to this batch, and Python then installs no KeyboardInterrupt handler
+    proc = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     log = out / "batch.jsonl"
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and proc.poll() is None:
-        if log.is_file() and len(log.read_text().splitlines()) >= 4:
+        if log.is_file() and len(log.read_text().splitlines()) >= 2:
             break
         time.sleep(0.05)
     assert proc.poll() is None, proc.communicate()
@@ -162,7 +167,7 @@ def test_a_rerun_after_an_interrupted_batch_runs_only_the_missing_jobs(manifest,
     _, err = proc.communicate(timeout=120)
     assert proc.returncode != 0, err
     finished = {x["id"] for x in logged(out) if x["status"] == "ok"}
-    assert 4 <= len(finished) < N_JOBS, finished
+    assert 2 <= len(finished) < N_JOBS, finished
     assert {p.stem for p in out.glob("*.png")} == finished  # no image without its line, no half file
 
     res = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300, check=False)

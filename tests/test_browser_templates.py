@@ -156,9 +156,9 @@ def test_a_loader_added_by_hand_starts_on_a_model_file_with_its_advanced_inputs_
 
 @pytest.fixture(scope="module")
 def bare_page(page):
-    """A second server with empty model folders (no tiny stand-ins), and a page on it (a second browser run by the
-    module page's playwright)."""
-    with ComfyServer() as server, ComfyPage(server.url, viewport=(1600, 1000), playwright=page._pw) as cp:
+    """A second server with empty model folders (no tiny stand-ins), and a page on it (a second context of the
+    process's chromium)."""
+    with ComfyServer() as server, ComfyPage(server.url, viewport=(1600, 1000)) as cp:
         yield cp
 
 

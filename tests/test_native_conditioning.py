@@ -1,7 +1,7 @@
 """ComfyUI's own CONDITIONING into FillScope's samplers (nodes/native.py), in a real ComfyUI 0.3.75 server.
 
-The server is this module's own (tests/comfy_server.py) with one extra custom_nodes folder, tests/comfy_nodes, whose
-test-only nodes make the CONDITIONING two ways:
+The server is the session's shared one (conftest.py `test_nodes_server`, this module's models and image written into
+it) with one extra custom_nodes folder, tests/comfy_nodes, whose test-only nodes make the CONDITIONING two ways:
 
 - ComfyUI's own encoders: NativeTestTinyCLIP builds ComfyUI's CLIP object (comfy.sd.CLIP over its FluxClipModel /
   SD3ClipModel, its tokenizers and text-model code) on the tiny folders' text encoders, and ComfyUI's core nodes
@@ -30,12 +30,7 @@ import numpy as np
 import pytest
 import tiny_sd3
 import torch
-from comfy_server import (
-    ComfyExecutionError,
-    ServerWithTestNodes,
-    comfyui_installed,
-    comfyui_path,
-)
+from comfy_server import ComfyExecutionError
 from PIL import Image
 from safetensors import safe_open
 from tiny_flux import build_tiny_flux_fill_folder
@@ -79,11 +74,8 @@ def build_wide_sd3(diffusers: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def server():
-    if not comfyui_installed():
-        pytest.skip(f"ComfyUI not installed at {comfyui_path()} (run `make setup` or set COMFYUI_PATH)")
-    server = ServerWithTestNodes()
-    try:
+def server(test_nodes_server):
+    def prepare(server):
         diffusers = server.models_dir / "diffusers"
         build_tiny_flux_fill_folder(diffusers / FLUX, seed=0)
         build_wide_sd3(diffusers)
@@ -92,10 +84,9 @@ def server():
         rgba[..., 3] = 255
         rgba[24:72, 32:96, 3] = 0  # transparent = repaint (LoadImage mask = 1 - alpha)
         Image.fromarray(rgba, "RGBA").save(server.input_dir / IMAGE)
-        server.start()
+
+    with test_nodes_server.module(prepare) as server:
         yield server
-    finally:
-        server.cleanup()
 
 
 @pytest.fixture(scope="module")

@@ -1,16 +1,15 @@
 """FillScope's FLUX Fill against ComfyUI's own FLUX.1 Fill MODEL on the same weights, through the Compare nodes in a
-real ComfyUI 0.3.75 server (this module's own, with tests/comfy_nodes: NativeFillTestTinyFluxFill builds ComfyUI's
-FluxInpaint at the tiny folder's config with its transformer weights converted by ComfyUI's own key map, as
-tests/test_server_native_model.py does). Run A is FillScope's pipeline; run B the same text, condition, schedule
-and decode with ComfyUI's model as the denoiser. Every boundary both runs pass agrees within 1e-4 (relative), the
-steps' denoiser outputs included: the measured figures are printed under `pytest -s`."""
+real ComfyUI 0.3.75 server (the session's shared one with tests/comfy_nodes, conftest.py test_nodes_server:
+NativeFillTestTinyFluxFill builds ComfyUI's FluxInpaint at the tiny folder's config with its transformer weights
+converted by ComfyUI's own key map, as tests/test_server_native_model.py does). Run A is FillScope's pipeline; run B the
+same text, condition, schedule and decode with ComfyUI's model as the denoiser. Every boundary both runs pass agrees
+within 1e-4 (relative), the steps' denoiser outputs included: the measured figures are printed under `pytest -s`."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
-from comfy_server import server_with_test_nodes
 
 pytestmark = pytest.mark.server
 
@@ -18,13 +17,13 @@ FOLDER, STEPS = "FLUX.1-Fill-dev", 3
 
 
 @pytest.fixture(scope="module")
-def server():
+def server(test_nodes_server):
     from tiny_flux import build_tiny_flux_fill_folder
 
     def prepare(server):
         build_tiny_flux_fill_folder(server.models_dir / "diffusers" / FOLDER, seed=0)
 
-    with server_with_test_nodes(prepare) as server:
+    with test_nodes_server.module(prepare) as server:
         yield server
 
 

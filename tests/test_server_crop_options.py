@@ -17,7 +17,7 @@ from comfy_server import ComfyExecutionError
 from crop_cases import CASES, case_mask, photo
 from PIL import Image
 from scipy import ndimage
-from test_server_crop_stitch import saved_pixels
+from server_checks import saved_pixels
 from workflow_helpers import tensors
 
 pytestmark = pytest.mark.server

@@ -10,17 +10,15 @@ after each, the server answers and the next prompt succeeds.
 
 from __future__ import annotations
 
-import itertools
-
 import pytest
 import torch
-from comfy_server import ComfyExecutionError
 from safetensors.torch import save_file
+from server_checks import assert_still_serving, klein_prompt, small_image
+from server_checks import flux_prompt as _flux_prompt
+from server_checks import refused_when_run as refused
 from workflow_helpers import load_api, node_id
 
 pytestmark = pytest.mark.server
-
-_seeds = itertools.count(20000)  # a distinct seed: a good prompt is never served from ComfyUI's cache
 
 
 @pytest.fixture(scope="module")
@@ -29,27 +27,11 @@ def server(served_models):
 
 
 def flux_prompt(steps=1):
-    prompt = load_api("flux_fill_inpaint")
-    prompt[node_id(prompt, "FillScopeFluxFillSampler")]["inputs"].update(steps=steps, seed=next(_seeds))
-    return prompt
+    return _flux_prompt(steps)  # one step, a fresh seed (klein_prompt: the same)
 
 
-def klein_prompt(steps=1):
-    prompt = load_api("klein_inpaint")
-    prompt[node_id(prompt, "FillScopeKleinSampler")]["inputs"].update(steps=steps, seed=next(_seeds))
-    return prompt
-
-
-def refused(server, prompt, node_type, input_name) -> str:
-    """The prompt fails at `node_type` with a FillScope error naming `input_name`, and no image is saved."""
-    with pytest.raises(ComfyExecutionError) as e:
-        server.run(prompt, timeout=300)
-    err = next(data for kind, data in e.value.entry["status"]["messages"] if kind == "execution_error")
-    msg = err["exception_message"].rstrip("\n")
-    assert err["node_type"] == node_type, msg
-    assert msg.startswith(f"[FillScope] input '{input_name}': ") and " Fix: " in msg, msg
-    assert not {"SaveImage", "FillScopeShapesReport"} & {prompt[k]["class_type"] for k in e.value.entry.get("outputs", {})}
-    return msg
+# refused (server_checks.refused_when_run): the prompt fails at the node with an error naming the input and its fix,
+# and no image or report is saved
 
 
 def succeeds(server, prompt):
@@ -91,9 +73,9 @@ def test_a_lora_holding_nan_is_refused_when_it_loads_naming_the_file_and_tensor(
             "NaN/inf values (of") in msg
     assert "the LoRA file is broken" in msg and "the model's own weights are not at fault" in msg
     assert "Fix: download or export the LoRA again, or choose another LoRA." in msg
-    succeeds(server, flux_prompt())
+    assert_still_serving(server)
     write_lora(lora, shape, nan=False)  # the same name repaired: the node reads it again (size/date fingerprint)
-    succeeds(server, with_lora(flux_prompt(), lora.name))
+    succeeds(server, with_lora(small_image(flux_prompt()), lora.name))  # a 32x32 image: the LoRA is the point
 
 
 # ---- a Shapes Report fed deeply nested JSON ------------------------------------------------------------------------
@@ -108,7 +90,7 @@ def test_shapes_report_refuses_json_nested_10000_deep_with_the_depth_and_the_lim
     assert msg == ("[FillScope] input 'shapes': is JSON nested 10,000 arrays/objects deep; a FillScope shape record "
                    "nests at most 32 deep (the limit), so it is not one. Fix: wire a FillScope node's shapes output "
                    "(the last node of the graph: its trail holds every node upstream).")
-    succeeds(server, flux_prompt())
+    assert_still_serving(server)
 
 
 def test_shapes_report_refuses_deep_nesting_inside_a_valid_record_and_reads_its_own(server):
@@ -152,7 +134,7 @@ def test_klein_reference_batch_that_fits_neither_1_nor_the_image_batch_is_refuse
                    f"image's batch): a reference batch holds 1 image (used for every image) or {images} (one per "
                    f"image, in order). Fix: give 1 reference image or {images}: ComfyUI's ImageFromBatch takes one "
                    "image out of a batch, RepeatImageBatch repeats one.")
-    succeeds(server, klein_prompt())
+    assert_still_serving(server)
 
 
 @pytest.mark.parametrize("references", [1, 3])

@@ -12,11 +12,13 @@ import itertools
 import pytest
 
 from comfy_server import ComfyExecutionError, ComfyPromptError  # noqa: F401
+from server_checks import assert_still_serving, flux_prompt, refused_at, refused_when_run, sd3_prompt, small_image
 from workflow_helpers import load_api, node_id, sd3_inpaint_prompt, shapes_doc, tensors, with_synthetic_image  # noqa: F401
 
 pytestmark = pytest.mark.server
 
-_seeds = itertools.count(9000)  # every good prompt samples anew (a distinct seed is never served from the cache)
+# flux_prompt / sd3_prompt (tests/server_checks.py): the shipped inpaint graphs on the tiny models, 2 steps, a fresh
+# seed each (every good prompt samples anew: a distinct seed is never served from the cache)
 
 
 @pytest.fixture(scope="module")
@@ -24,21 +26,16 @@ def server(served_models):
     return served_models
 
 
-def flux_prompt(steps=2, seed=None):
-    prompt = load_api("flux_fill_inpaint")
-    prompt[node_id(prompt, "FillScopeFluxFillSampler")]["inputs"].update(steps=steps, seed=next(_seeds) if seed is None else seed)
-    return prompt
-
-
-def sd3_prompt(steps=2):
-    prompt = sd3_inpaint_prompt()
-    prompt[node_id(prompt, "FillScopeSD3ControlNetInpaintSampler")]["inputs"].update(steps=steps, seed=next(_seeds))
-    return prompt
-
-
 def next_prompt_succeeds(server):
-    """After a refused prompt: the server answers and a good prompt runs."""
-    server.run(flux_prompt())
+    """After a refused prompt: the server answers and a good prompt runs (a core-node prompt no cache can answer,
+    tests/server_checks.py)."""
+    assert_still_serving(server)
+
+
+def next_flux_fill_prompt_succeeds(server):
+    """After a refused model load: the shipped FLUX Fill graph loads its models and samples (one step on a 32x32 image,
+    a fresh seed)."""
+    assert server.run(small_image(flux_prompt(steps=1)), timeout=300)["status"]["status_str"] == "success"
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -54,18 +51,8 @@ def next_prompt_succeeds(server):
 NAN, INF = float("nan"), float("inf")
 
 
-def refused_when_run(server, prompt, node_type, input_name, nothing_saved=True):
-    """The prompt fails at `node_type` with a FillScope error naming `input_name` and its fix (and no image was
-    saved, when the refusing node comes before the node that saves it)."""
-    with pytest.raises(ComfyExecutionError) as e:
-        server.run(prompt, timeout=300)
-    err = next(data for kind, data in e.value.entry["status"]["messages"] if kind == "execution_error")
-    msg = err["exception_message"]
-    assert err["node_type"] == node_type, msg
-    assert msg.startswith(f"[FillScope] input '{input_name}': ") and " Fix: " in msg, msg
-    if nothing_saved:
-        assert not {"SaveImage", "FillScopeShapesReport"} & {prompt[k]["class_type"] for k in e.value.entry.get("outputs", {})}
-    return msg
+# refused_when_run (tests/server_checks.py): the prompt fails at the node with a FillScope error naming the input and
+# its fix, and (nothing_saved) no image or report was saved
 
 
 def refused_when_queued(server, prompt, node_type):
@@ -272,11 +259,7 @@ def loader_only(node_type, source):
 
 
 def load_error(server, prompt, node_type):
-    with pytest.raises(ComfyExecutionError) as e:
-        server.run(prompt, timeout=300)
-    err = next(data for kind, data in e.value.entry["status"]["messages"] if kind == "execution_error")
-    assert err["node_type"] == node_type, err["exception_message"]
-    return err["exception_message"].strip()  # ComfyUI adds a newline
+    return refused_at(server, prompt, node_type)[0].strip()  # ComfyUI adds a newline
 
 
 def test_a_linked_diffusers_folder_is_listed_and_loads(server, made, tmp_path):
@@ -286,7 +269,7 @@ def test_a_linked_diffusers_folder_is_listed_and_loads(server, made, tmp_path):
     made.append(link)
     os.symlink(target, link, target_is_directory=True)
     assert "fs-linked-flux" in source_options(server, "FillScopeLoadFluxFillTransformer")
-    prompt = flux_prompt()
+    prompt = small_image(flux_prompt())  # a 32x32 image: the links are the point
     for loader in FLUX_LOADERS:
         with_source(prompt, loader, "fs-linked-flux")
     assert server.run(prompt)["status"]["status_str"] == "success"
@@ -300,7 +283,7 @@ def test_a_linked_single_file_is_listed_and_loads(server, made, tmp_path):
     made.append(link)
     os.symlink(target, link)
     assert "vae/fs-linked-ae.safetensors" in source_options(server, "FillScopeLoadVAE")
-    prompt = with_source(flux_prompt(), "FillScopeLoadVAE", "vae/fs-linked-ae.safetensors")
+    prompt = with_source(small_image(flux_prompt()), "FillScopeLoadVAE", "vae/fs-linked-ae.safetensors")  # 32x32
     assert server.run(prompt)["status"]["status_str"] == "success"
 
 
@@ -368,7 +351,7 @@ def test_a_config_with_more_blocks_than_its_weights_is_refused_naming_the_file_a
     assert "tensors the weights do not hold (transformer_blocks.1." in msg
     assert msg.endswith("Fix: the config.json does not match these weights: use the config that came with them, or "
                         "download the repository again (its config.json and .safetensors files together).")
-    next_prompt_succeeds(server)
+    next_flux_fill_prompt_succeeds(server)
 
 
 def test_a_malformed_config_is_refused_naming_the_file(server, made):
@@ -379,7 +362,7 @@ def test_a_malformed_config_is_refused_naming_the_file(server, made):
     assert msg.startswith(f"[FillScope] input 'vae source': '{os.path.realpath(config)}' is not valid JSON (Expecting "
                           "',' delimiter at line ")
     assert "Fix: the file is damaged or was edited by hand: restore config.json" in msg
-    next_prompt_succeeds(server)
+    next_flux_fill_prompt_succeeds(server)
 
 
 def test_a_placeholder_bigger_than_the_available_ram_is_refused_with_both_figures(server):
@@ -409,13 +392,7 @@ SD3_GRID_FIX = ("crop or scale the image to at most {px} px a side, e.g. inpaint
                 "composite it back into the full image, or inpaint it by tiles (SD3 ControlNet Tiled Inpaint).")
 
 
-def refused_at(server, prompt, node_type):
-    """The prompt fails at `node_type`: (its error message, the /history entry)."""
-    with pytest.raises(ComfyExecutionError) as e:
-        server.run(prompt, timeout=300)
-    err = next(data for kind, data in e.value.entry["status"]["messages"] if kind == "execution_error")
-    assert err["node_type"] == node_type, err["exception_message"]
-    return err["exception_message"].rstrip("\n"), e.value.entry  # ComfyUI ends the message with a newline
+# refused_at (tests/server_checks.py): the prompt fails at the node; (its message, the /history entry)
 
 
 def test_sd3_image_over_the_position_grid_is_refused_at_the_condition_before_sampling(server):
@@ -459,14 +436,14 @@ def test_crop_mode_says_how_many_repaint_pixels_the_crop_cuts_off_and_paste_back
 
 
 def test_clip_l_truncation_is_a_warning_on_the_prompt_node(server):
-    prompt = flux_prompt()
+    prompt = small_image(flux_prompt())  # a 32x32 image: the text is the point
     prompt[node_id(prompt, "FillScopeFluxPrompt")]["inputs"]["text"] = " ".join(["a"] * 100)
     entry = server.run(prompt, timeout=300)
     clip = shapes_doc(entry, prompt, "FillScopeFluxPrompt")["node"]
     assert "prompt truncated to 77 CLIP tokens (102 given)" in clip["warnings"]
     assert clip["facts"]["prompt tokens (with start/end)"] == "77 of 77"
     assert not any("T5 tokens" in w for w in clip["warnings"])  # T5 reads 512: the same text fits
-    short = shapes_doc(server.run(flux_prompt(), timeout=300), prompt, "FillScopeFluxPrompt")["node"]
+    short = shapes_doc(server.run(small_image(flux_prompt()), timeout=300), prompt, "FillScopeFluxPrompt")["node"]
     assert not any("truncated" in w for w in short["warnings"])
 
 

@@ -1,12 +1,12 @@
 """FillScope Inspect Model (nodes/inspect_model.py) on ComfyUI's own MODEL, sampled by ComfyUI's own KSampler, in a real
 ComfyUI 0.3.75 server.
 
-The server is this module's own (tests/comfy_server.py) with tests/comfy_nodes as one more custom_nodes folder. Its
-test-only nodes (fillscope_native_model_test_nodes.py) build ComfyUI's own model classes at tiny sizes
-(comfy.supported_models.Flux / FluxInpaint / SD3 -> comfy.model_base.Flux / SD3 in a ModelPatcher, seeded weights)
-and ComfyUI's VAE over its TAESD class; everything else is ComfyUI's core nodes: EmptySD3LatentImage, KSampler,
-InpaintModelConditioning, DifferentialDiffusion, VAEDecode, EmptyImage, SolidMask, MaskComposite. The CONDITIONINGs
-are zeros of the tiny widths (NativeTestConditioningOfShape).
+The server is the session's shared one (conftest.py test_nodes_server) with tests/comfy_nodes as one more custom_nodes
+folder. Its test-only nodes (fillscope_native_model_test_nodes.py) build ComfyUI's own model classes at tiny sizes
+(comfy.supported_models.Flux / FluxInpaint / SD3 -> comfy.model_base.Flux / SD3 in a ModelPatcher, seeded weights) and
+ComfyUI's VAE over its TAESD class; everything else is ComfyUI's core nodes: EmptySD3LatentImage, KSampler,
+InpaintModelConditioning, DifferentialDiffusion, VAEDecode, EmptyImage, SolidMask, MaskComposite. The CONDITIONINGs are
+zeros of the tiny widths (NativeTestConditioningOfShape).
 
 Checked: KSampler's latent is bit for bit the same with and without Inspect Model in between (Flux cfg 1, SD3 cfg 4
 in one CFG batch and in separate calls, Flux Fill through InpaintModelConditioning and DifferentialDiffusion); the
@@ -27,7 +27,6 @@ from comfy_server import (
     ServerWithTestNodes,
     comfyui_installed,
     comfyui_path,
-    server_with_test_nodes,
 )
 from safetensors.torch import load_file
 
@@ -42,8 +41,8 @@ SEEDS = itertools.count(1000)
 
 
 @pytest.fixture(scope="module")
-def server():
-    with server_with_test_nodes() as server:
+def server(test_nodes_server):
+    with test_nodes_server.module() as server:
         yield server
 
 
@@ -324,7 +323,9 @@ def test_an_interrupted_run_leaves_no_hook_and_records_the_calls_made(server):
 
 
 class GPUServer(ServerWithTestNodes):
-    """The same server on ComfyUI's default device (no --cpu)."""
+    """The same server on ComfyUI's default device (no --cpu). A server of its own, not the session's shared one
+    (conftest.py test_nodes_server): ComfyUI picks its device once, from the start-up flags, and the shared one runs
+    with --cpu."""
 
     def command(self) -> list[str]:
         return [a for a in super().command() if a != "--cpu"]

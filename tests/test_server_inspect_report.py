@@ -1,10 +1,10 @@
 """The Shapes Report on a graph of ComfyUI's own nodes (no FillScope sampler, no `shapes` document): it tables the
 records the Inspect Model / Inspect VAE nodes delivered for the prompt (nodes/live.py), run `after` the VAE Decode.
 
-The server is this module's own (tests/comfy_server.py) with tests/comfy_nodes: ComfyUI's own FluxInpaint model at a
-tiny size (NativeTestTinyModel), ComfyUI's VAE over its TAESD class (NativeTestTinyTAESD), zero CONDITIONINGs of the
-tiny widths; everything else is ComfyUI's core nodes (InpaintModelConditioning, KSampler, VAEDecode ...). One prompt
-runs the graph twice, plain and through Inspect Model / Inspect VAE.
+The server is the session's shared one (conftest.py test_nodes_server) with tests/comfy_nodes: ComfyUI's own FluxInpaint
+model at a tiny size (NativeTestTinyModel), ComfyUI's VAE over its TAESD class (NativeTestTinyTAESD), zero CONDITIONINGs
+of the tiny widths; everything else is ComfyUI's core nodes (InpaintModelConditioning, KSampler, VAEDecode ...). One
+prompt runs the graph twice, plain and through Inspect Model / Inspect VAE.
 
 Checked: the report's JSON, text and ui hold the diffusion model's boundary rows (the shapes the live record has, in
 the order of a model call, the native class and provenance) and the VAE's encode / decode rows; the image and the
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 
-import comfy_server
 import pytest
 from comfy_server import ComfyExecutionError
 from safetensors.torch import load_file
@@ -41,8 +40,8 @@ IMAGE = [1, SIZE, SIZE, 3]  # ComfyUI's IMAGE: [B, H, W, C]
 
 
 @pytest.fixture(scope="module")
-def server():
-    with comfy_server.server_with_test_nodes() as server:
+def server(test_nodes_server):
+    with test_nodes_server.module() as server:
         yield server
 
 

@@ -1,9 +1,9 @@
 """FillScope Inspect, Inspect CLIP and Inspect VAE (nodes/inspect_values.py, inspect_clip.py, inspect_vae.py) in graphs of ComfyUI's own nodes, in a
 real ComfyUI 0.3.75 server.
 
-The server is this module's own (tests/comfy_server.py) with tests/comfy_nodes as one more custom_nodes folder:
-NativeTestTinyCLIP is ComfyUI's own FLUX CLIP object on the tiny FLUX folder's text encoders; InspectTestTinyVAE is
-ComfyUI's own VAE object on the tiny FLUX VAE (ComfyUI's VAELoader cannot load the tiny file: it builds the full-size
+The server is the session's shared one (conftest.py test_nodes_server) with tests/comfy_nodes as one more custom_nodes
+folder: NativeTestTinyCLIP is ComfyUI's own FLUX CLIP object on the tiny FLUX folder's text encoders; InspectTestTinyVAE
+is ComfyUI's own VAE object on the tiny FLUX VAE (ComfyUI's VAELoader cannot load the tiny file: it builds the full-size
 VAE); InspectTestSave writes every tensor of a LATENT / IMAGE / MASK / CONDITIONING to a safetensors file.
 
 Checked: with an Inspect node on every LATENT, CONDITIONING, IMAGE and MASK link of a graph (LoadImage,
@@ -24,7 +24,6 @@ import urllib.parse
 import numpy as np
 import pytest
 import torch
-from comfy_server import server_with_test_nodes
 from PIL import Image
 from safetensors import safe_open
 from tiny_flux import build_tiny_flux_fill_folder
@@ -40,7 +39,7 @@ LONG = " ".join(["a cosy living room with a red brick fireplace, warm light, a w
 
 
 @pytest.fixture(scope="module")
-def server():
+def server(test_nodes_server):
     def prepare(server):
         build_tiny_flux_fill_folder(server.models_dir / "diffusers" / FLUX, seed=0)
         server.input_dir.mkdir(parents=True, exist_ok=True)
@@ -49,7 +48,7 @@ def server():
         rgba[24:72, 32:96, 3] = 0  # transparent = the mask (LoadImage: mask = 1 - alpha)
         Image.fromarray(rgba, "RGBA").save(server.input_dir / IMAGE)
 
-    with server_with_test_nodes(prepare) as server:
+    with test_nodes_server.module(prepare) as server:
         yield server
 
 
@@ -87,7 +86,7 @@ def assert_normal_prompt_runs(server, info):
               "dec": api_node(info, "VAEDecode", samples=["enc", 0], vae=["vae", 0]),
               "out": api_node(info, "SaveImage", images=["dec", 0], filename_prefix="inspect/after")}
     assert server.run(prompt, timeout=300)["status"]["status_str"] == "success"
-    log = server.log_text()
+    log = server.log_text(since=server.module_log_start)  # this module's part of the shared server's log
     assert "memory leak" not in log and "[FillScope] Inspect" not in log  # no record lost, no model kept by a cycle
 
 

@@ -1,8 +1,8 @@
 """ComfyUI's CONDITIONING into FillScope's FLUX.2 [klein] sampler (nodes/native.py, FillScope Klein Text from
 CONDITIONING) in a real ComfyUI 0.3.75 server.
 
-The server is this module's own (tests/comfy_server.py server_with_test_nodes) with tests/comfy_nodes as one more
-custom_nodes folder; its models folder holds the tiny klein folder (tests/tiny_klein.py) and the same Qwen3 under
+The server is the session's shared one (conftest.py test_nodes_server) with tests/comfy_nodes as one more custom_nodes
+folder; this module writes into its models folder the tiny klein folder (tests/tiny_klein.py) and the same Qwen3 under
 ComfyUI's keys as text_encoders/qwen_3_4b.safetensors (checkpoint_files.qwen3_comfy_state), as the session server's
 serve_tiny_models writes it. The test nodes (fillscope_klein_conditioning_test_nodes.py) make the CONDITIONING two ways:
 
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 
-import comfy_server
 import pytest
 import torch
 from comfy_server import ComfyExecutionError
@@ -38,7 +37,7 @@ NODE = "FillScopeKleinTextFromConditioning"
 
 
 @pytest.fixture(scope="module")
-def server():
+def server(test_nodes_server):
     import checkpoint_files as cf
     from safetensors.torch import save_file
     from tiny_klein import build_tiny_klein_folder
@@ -51,7 +50,7 @@ def server():
         save_file({k: v.contiguous() for k, v in cf.qwen3_comfy_state(qwen3).items()},
                   str(server.models_dir / "text_encoders" / QWEN3_FILE))
 
-    with comfy_server.server_with_test_nodes(prepare) as server:
+    with test_nodes_server.module(prepare) as server:
         yield server
 
 

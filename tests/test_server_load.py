@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import shutil
 import time
-from pathlib import Path
 
 import pytest
 
-from comfy_server import ComfyServer
+from server_checks import cached_nodes, free_when_idle, memory_mib
+from server_checks import rss_mib as rss
 from workflow_helpers import image_saver, load_api, node_id
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
@@ -39,36 +39,8 @@ def tiny_prompt(seed: int, steps: int = 2) -> dict:
     return prompt
 
 
-def memory_mib(server: ComfyServer) -> dict:
-    """VmRSS and its anonymous / file-backed parts of the server process, in MiB."""
-    out = {}
-    for line in Path(f"/proc/{server.proc.pid}/status").read_text().splitlines():
-        key = line.split(":")[0]
-        if key in ("VmRSS", "RssAnon", "RssFile"):
-            out[key] = int(line.split()[1]) / 1024
-    return out
-
-
-def rss(server) -> float:
-    return memory_mib(server)["VmRSS"]
-
-
-def cached_nodes(entry: dict) -> set:
-    return set(next((d["nodes"] for k, d in entry["status"]["messages"] if k == "execution_cached"), []))
-
-
 def loader_ids(prompt: dict) -> set:
     return {k for k, v in prompt.items() if v["class_type"] in LOADERS}
-
-
-def free_when_idle(server, **flags) -> None:
-    """POST /free while the worker is idle, and give it a moment to apply it. The worker applies /free's flags when
-    the POST wakes it (or after its next prompt); the wake-up is lost when /free lands while the worker is still
-    finishing the previous prompt (history already written, gc.collect running: ComfyUI 0.3.75
-    main.prompt_worker), and the flags then wait for the next prompt, which would run from the old cache."""
-    time.sleep(2.0)
-    server.free(**flags)
-    time.sleep(1.0)
 
 
 def test_fifty_prompts_queued_at_once_all_complete_with_flat_memory(server):

@@ -1,10 +1,11 @@
 """FillScope's FLUX.2 [klein] sampler on ComfyUI's own MODEL (nodes/native_klein.py) in a real ComfyUI 0.3.75 server.
 
-The server is this module's own (tests/comfy_server.py) with tests/comfy_nodes as one more custom_nodes folder; its
-models folder holds the tiny klein folder (tests/tiny_klein.py), the same transformer's weights under ComfyUI's (BFL)
-keys in diffusion_models (checkpoint_files.klein_bfl_state: diffusers' own converter, inverted) and a kohya LoRA over
-those keys. The test-only node NativeKleinTestTinyKlein (fillscope_native_klein_test_nodes.py) builds ComfyUI's own
-Flux2 model at the folder's tiny config and loads that file strictly.
+The server is the session's shared one (conftest.py test_nodes_server) with tests/comfy_nodes as one more custom_nodes
+folder; this module writes into its models folder the tiny klein folder (tests/tiny_klein.py), the same transformer's
+weights under ComfyUI's (BFL) keys in diffusion_models (checkpoint_files.klein_bfl_state: diffusers' own converter,
+inverted) and a kohya LoRA over those keys. The test-only node NativeKleinTestTinyKlein
+(fillscope_native_klein_test_nodes.py) builds ComfyUI's own Flux2 model at the folder's tiny config and loads that file
+strictly.
 
 Checked, on the same weights, seed, condition and text (fp32): FillScope's sampler with its own transformer and with
 the native MODEL give the same latents within 1e-4 relative (inpaint with a reference image, distilled and base with
@@ -19,7 +20,6 @@ the meta device): model_detection's config, which ComfyUI's Flux refuses.
 
 from __future__ import annotations
 
-import comfy_server
 import pytest
 import torch
 from safetensors.torch import save_file
@@ -38,7 +38,7 @@ def tiny_transformer(folder):
 
 
 @pytest.fixture(scope="module")
-def server():
+def server(test_nodes_server):
     import checkpoint_files as cf
     from tiny_klein import build_tiny_klein_folder
 
@@ -50,7 +50,7 @@ def server():
         (server.models_dir / "loras").mkdir(parents=True, exist_ok=True)
         save_file({k: v.contiguous() for k, v in cf.kohya_lora(bfl).items()}, str(server.models_dir / "loras" / LORA))
 
-    with comfy_server.server_with_test_nodes(prepare) as server:
+    with test_nodes_server.module(prepare) as server:
         yield server
 
 

@@ -1,11 +1,12 @@
 """FillScope's samplers' native LATENT output and FillScope VAE Decode's native_latent input (issue 21, part 3), in a
 real ComfyUI 0.3.75 server.
 
-The server is this module's own (tests/comfy_server.py) with tests/comfy_nodes as one more custom_nodes folder and
-the session's tiny models (conftest.serve_tiny_models). InspectTestTinyVAE is ComfyUI's own VAE object (comfy.sd.VAE)
-on a tiny diffusers folder's VAE (ComfyUI's VAELoader cannot load the tiny file); InspectTestSave writes a LATENT's or
-IMAGE's tensors to a safetensors file; NativeTestTinyModel is ComfyUI's own tiny Flux; LatentTestZeroConditioning a
-zero CONDITIONING of its widths.
+The server is the session's shared one (conftest.py test_nodes_server) with tests/comfy_nodes as one more custom_nodes
+folder, this module's copy of the session's tiny models written into it (conftest.serve_tiny_models; RENAMED: three
+files under names of its own). InspectTestTinyVAE is ComfyUI's own VAE object (comfy.sd.VAE) on a tiny diffusers
+folder's VAE (ComfyUI's VAELoader cannot load the tiny file); InspectTestSave writes a LATENT's or IMAGE's tensors to a
+safetensors file; NativeTestTinyModel is ComfyUI's own tiny Flux; LatentTestZeroConditioning a zero CONDITIONING of its
+widths.
 
 Checked: FLUX Fill / SD3 sampler -> LATENT -> ComfyUI's VAEDecode equals FillScope's decode of the sampler's own latent
 on the same VAE weights (<= 1e-5, fp32); the LATENT is ComfyUI's raw first-stage latent ([B,16,H/8,W/8], FillScope's
@@ -20,26 +21,36 @@ from __future__ import annotations
 
 import pytest
 import torch
-from comfy_server import server_with_test_nodes
 from safetensors import safe_open
 from workflow_helpers import api_node
 
 pytestmark = pytest.mark.server
 
 FLUX, SD3, SD3_CN = "FLUX.1-Fill-dev", "stable-diffusion-3-medium-diffusers", "SD3-Controlnet-Inpainting"
-IMAGE, W, H = "fillscope_example.png", 128, 96  # conftest.serve_tiny_models' image (multiples of 16: no padding)
+IMAGE, W, H = "native_latent_example.png", 128, 96  # conftest.serve_tiny_models' image (multiples of 16: no padding)
+KLEIN_VAE = "vae/native_latent_flux2-vae.safetensors"  # serve_tiny_models' tiny FLUX.2 VAE
 TOL = 1e-5
+# serve_tiny_models' files this module keeps under names of its own on the shared server (conftest.py test_nodes_server)
+# where other modules write other contents under the published names: test_server_native_templates.py a 64x48
+# fillscope_example.png and an alimama-layout SD3-Controlnet-Inpainting.safetensors, test_server_native_klein_vae.py a
+# full-size flux2-vae.safetensors. (folder, published name, this module's name)
+RENAMED = (("input_dir", "fillscope_example.png", IMAGE),
+           ("models_dir", "vae/flux2-vae.safetensors", KLEIN_VAE),
+           ("models_dir", "controlnet/SD3-Controlnet-Inpainting.safetensors",
+            "controlnet/native_latent_SD3-Controlnet-Inpainting.safetensors"))
 
 
 @pytest.fixture(scope="module")
-def server():
+def server(test_nodes_server):
     from conftest import serve_tiny_models
 
     def prepare(server):
         server.input_dir.mkdir(parents=True, exist_ok=True)
         serve_tiny_models(server, server.models_dir)
+        for folder, published, own in RENAMED:
+            (getattr(server, folder) / published).rename(getattr(server, folder) / own)
 
-    with server_with_test_nodes(prepare) as server:
+    with test_nodes_server.module(prepare) as server:
         yield server
 
 
@@ -165,7 +176,7 @@ def test_klein_latent_shape_and_round_trip(server, info):
         "img": api_node(info, "LoadImage", image=IMAGE),
         "q": loader(info, "FillScopeLoadQwen3", "text_encoders/qwen_3_4b.safetensors"),
         "tr": loader(info, "FillScopeLoadKleinTransformer", "diffusion_models/flux-2-klein-4b.safetensors"),
-        "vae": loader(info, "FillScopeLoadVAE", "vae/flux2-vae.safetensors", kind="flux2"),
+        "vae": loader(info, "FillScopeLoadVAE", KLEIN_VAE, kind="flux2"),
         "txt": api_node(info, "FillScopeQwen3Encode", qwen3=["q", 0], text="a fireplace"),
         "cond": api_node(info, "FillScopeKleinInpaintCondition", vae=["vae", 0], image=["img", 0], mask=["img", 1]),
         "smp": api_node(info, "FillScopeKleinSampler", transformer=["tr", 0], positive=["txt", 0], condition=["cond", 0],
@@ -196,7 +207,7 @@ def test_wrong_family_latent_is_refused_and_server_keeps_serving(server, info):
         "img": api_node(info, "LoadImage", image=IMAGE),
         "tvae": api_node(info, "InspectTestTinyVAE", folder=FLUX),
         "enc": api_node(info, "VAEEncode", pixels=["img", 0], vae=["tvae", 0]),
-        "vae": loader(info, "FillScopeLoadVAE", "vae/flux2-vae.safetensors", kind="flux2"),
+        "vae": loader(info, "FillScopeLoadVAE", KLEIN_VAE, kind="flux2"),
         "dec": api_node(info, "FillScopeVAEDecode", vae=["vae", 0], native_latent=["enc", 0]),
         "s": save(info, "wrong", image=["dec", 0]),
     }

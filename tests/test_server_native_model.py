@@ -1,9 +1,9 @@
 """FillScope's FLUX Fill sampler on ComfyUI's own MODEL (nodes/native_model.py) in a real ComfyUI 0.3.75 server.
 
-The server is this module's own (tests/comfy_server.py) with tests/comfy_nodes as one more custom_nodes folder; its
-models folder holds only the tiny FLUX Fill folder (tests/tiny_flux.py) and a LoRA for it. The test-only node
-NativeFillTestTinyFluxFill (fillscope_native_fill_test_nodes.py) builds ComfyUI's own FluxInpaint model at that
-folder's tiny config with its transformer weights converted to ComfyUI's keys by ComfyUI's own map.
+The server is the session's shared one (conftest.py test_nodes_server) with tests/comfy_nodes as one more custom_nodes
+folder; this module writes into its models folder the tiny FLUX Fill folder (tests/tiny_flux.py) and a LoRA for it. The
+test-only node NativeFillTestTinyFluxFill (fillscope_native_fill_test_nodes.py) builds ComfyUI's own FluxInpaint model
+at that folder's tiny config with its transformer weights converted to ComfyUI's keys by ComfyUI's own map.
 
 Checked, on the same weights, seed, condition and text (fp32): FillScope's sampler with its own transformer and with
 the native MODEL give the same latents within 1e-4 relative (plain, and with denoise < 1 and a soft mask); the same
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from comfy_server import server_with_test_nodes
 from safetensors.torch import save_file
 from workflow_helpers import max_rel, refusal, run_saved, wire_denoiser
 
@@ -37,7 +36,7 @@ def kohya_lora(seed: int = 0, rank: int = 4, alpha: float = 8.0) -> dict:
 
 
 @pytest.fixture(scope="module")
-def server():
+def server(test_nodes_server):
     from tiny_flux import build_tiny_flux_fill_folder
 
     def prepare(server):
@@ -45,7 +44,7 @@ def server():
         (server.models_dir / "loras").mkdir(parents=True, exist_ok=True)
         save_file({k: v.contiguous() for k, v in kohya_lora().items()}, str(server.models_dir / "loras" / LORA))
 
-    with server_with_test_nodes(prepare) as server:
+    with test_nodes_server.module(prepare) as server:
         yield server
 
 

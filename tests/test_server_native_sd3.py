@@ -1,10 +1,11 @@
 """FillScope's SD3 ControlNet inpaint sampler on ComfyUI's own SD3 MODEL (nodes/native_sd3.py) in a real ComfyUI 0.3.75
 server.
 
-The server is this module's own (tests/comfy_server.py) with tests/comfy_nodes as one more custom_nodes folder; its
-models folder holds a tiny SD3 folder, a tiny inpainting ControlNet folder for it and a LoRA. The test-only node
-NativeSD3TestTinySD3 (fillscope_native_sd3_test_nodes.py) builds ComfyUI's own SD3 model from that folder's transformer
-weights, converted, detected and built by ComfyUI's own code (comfy.model_detection, comfy.supported_models.SD3).
+The server is the session's shared one (conftest.py test_nodes_server) with tests/comfy_nodes as one more custom_nodes
+folder; this module writes into its models folder a tiny SD3 folder, a tiny inpainting ControlNet folder for it and a
+LoRA. The test-only node NativeSD3TestTinySD3 (fillscope_native_sd3_test_nodes.py) builds ComfyUI's own SD3 model from
+that folder's transformer weights, converted, detected and built by ComfyUI's own code (comfy.model_detection,
+comfy.supported_models.SD3).
 
 The tiny SD3 folder is tests/tiny_sd3.py's (its text encoders, tokenizers and VAE) with a transformer of the width
 ComfyUI's MMDiT can be built at: comfy's MMDiT fixes 64 channels a head with `depth` heads and `depth` joint blocks
@@ -26,7 +27,6 @@ import shutil
 
 import pytest
 import torch
-from comfy_server import server_with_test_nodes
 from safetensors.torch import save_file
 from workflow_helpers import max_rel, refusal, run_saved, wire_denoiser
 
@@ -78,7 +78,7 @@ def peft_lora(transformer, rank: int = 4, seed: int = 0) -> dict:
 
 
 @pytest.fixture(scope="module")
-def server():
+def server(test_nodes_server):
     from tiny_models import save_model_folder
     from tiny_sd3 import build_tiny_sd3_folder
 
@@ -98,7 +98,7 @@ def server():
         (server.models_dir / "loras").mkdir(parents=True, exist_ok=True)
         save_file({k: v.contiguous() for k, v in peft_lora(transformer).items()}, str(server.models_dir / "loras" / LORA))
 
-    with server_with_test_nodes(prepare) as server:
+    with test_nodes_server.module(prepare) as server:
         yield server
 
 

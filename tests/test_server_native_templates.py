@@ -3,9 +3,9 @@ api_workflows/graphs.py) run through a real ComfyUI 0.3.75 server on tiny weight
 
 Each test loads the template's API twin as shipped and swaps only its loader nodes for test-only nodes that build
 ComfyUI's own model classes at tiny sizes (tests/native_templates.py `swapped`; the nodes are in tests/comfy_nodes,
-which this module's server has as one more custom_nodes path); every other node runs as the template has it, with
-the same inputs, except that the input image is a small one (64x48, a transparent hole = the mask) under the
-template's file name fillscope_example.png:
+which the session's shared server, conftest.py test_nodes_server, has as one more custom_nodes path); every other node
+runs as the template has it, with the same inputs, except that the input image is a small one (64x48, a transparent hole
+= the mask) under the template's file name fillscope_example.png:
 
 - UNETLoader flux1-fill-dev -> NativeFillTestTinyFluxFill: ComfyUI's FluxInpaint model at the tiny FLUX Fill folder's
   config with its weights (UNETLoader cannot load a tiny FLUX: ComfyUI's detection fixes 24 heads of 128);
@@ -37,7 +37,6 @@ import sys
 import urllib.parse
 from pathlib import Path
 
-import comfy_server
 import numpy as np
 import pytest
 from PIL import Image
@@ -58,7 +57,7 @@ def folder_config(server, folder, sub) -> dict:
 
 
 @pytest.fixture(scope="module")
-def server():
+def server(test_nodes_server):
     def prepare(server):
         nt.prepare(server.models_dir)
         rgba = np.random.default_rng(0).integers(0, 256, size=(H, W, 4), dtype=np.uint8)
@@ -67,7 +66,7 @@ def server():
         server.input_dir.mkdir(parents=True, exist_ok=True)
         Image.fromarray(rgba, "RGBA").save(server.input_dir / IMAGE)
 
-    with comfy_server.server_with_test_nodes(prepare) as server:
+    with test_nodes_server.module(prepare) as server:
         yield server
 
 

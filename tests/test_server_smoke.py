@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-pytestmark = pytest.mark.server
+pytestmark = [pytest.mark.server, pytest.mark.smoke]  # make test-fast runs it with the engine tests
 
 
 def test_pack_is_linked(comfy_server):

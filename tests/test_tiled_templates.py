@@ -1,11 +1,11 @@
 """The four tiled templates (api_workflows/graphs.py, issue 23) in a real ComfyUI 0.3.75 server.
 
 - The two meta templates' API files (flux_fill_tiled_inpaint_meta_trace, klein_tiled_inpaint_meta_trace), queued as
-  shipped but at 2048x1024 on their Synthetic Image + Mask's width / height inputs (what a user changes): the tiles
-  the node plans are the engine's plan (compositing/tiles.plan_tiles) of that image and mask, every sampled tile's
-  measured transformer input holds at most one 1024 px tile's tokens (FLUX Fill 64 x 64 = 4096; klein 8192: the
-  tile's 4096 and its source's 4096 as reference), the output image is the full 2048x1024, the Shapes Report's page
-  draws one tile per planned tile.
+  shipped but at 2048x1024 on their Synthetic Image + Mask's width / height inputs (what a user changes) and at one
+  step (klein's ships 4; the plan and the tokens do not depend on it): the tiles the node plans are the engine's plan
+  (compositing/tiles.plan_tiles) of that image and mask, every sampled tile's measured transformer input holds at
+  most one 1024 px tile's tokens (FLUX Fill 64 x 64 = 4096; klein 8192: the tile's 4096 and its source's 4096 as
+  reference), the output image is the full 2048x1024, the Shapes Report's page draws one tile per planned tile.
 - Their shipped default (6144x4096, mask_fraction 0.1) plans what their read-me says: 35 tiles, 9 meeting the mask
   grown by the overlap, 1 holding it (the engine's planner, no server).
 - The two real-weight templates (flux_fill_tiled_inpaint, klein_tiled_edit) as shipped on the session server's tiny
@@ -69,6 +69,7 @@ def test_meta_template_at_2048x1024_samples_each_tile_at_one_tiles_tokens(comfy_
     width, height = REDUCED
     prompt[synthetic_id]["inputs"].update(width=width, height=height)
     tiled = prompt[tiled_id]["inputs"]
+    tiled["steps"] = 1  # shipped: 1 (FLUX Fill), 4 (klein); a tile's tokens and the plan do not depend on it
     entry = comfy_server.run(prompt, timeout=600)
     record = entry["outputs"][tiled_id]["fillscope_shapes"][0]["node"]
     tiles, holding = planned(width, height, tiled, prompt[synthetic_id]["inputs"]["mask_fraction"])

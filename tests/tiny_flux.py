@@ -137,6 +137,7 @@ from tiny_models import (
     TINY_T5_CONFIG,
     TINY_VAE_BASE_CONFIG,
     build_components,
+    cached_folder_builder,
     call_pipeline,
     check_run_modes,
     first_randn,
@@ -232,6 +233,7 @@ def build_tiny_components(seed: int = 0, *, narrow: bool = False) -> dict[str, A
     )
 
 
+@cached_folder_builder
 def build_tiny_flux_fill_folder(dst: Path, seed: int = 0, *, narrow: bool = False) -> Path:
     """Save a complete diffusers-format FLUX.1 Fill folder with tiny random fp32 weights to ``dst``.
 
@@ -240,6 +242,8 @@ def build_tiny_flux_fill_folder(dst: Path, seed: int = 0, *, narrow: bool = Fals
     tokenizer_2/ (T5 tokenizer.json + configs), transformer/, vae/. Weights as safetensors only. Same ``seed``
     gives identical weights. Loads back with ``from_pretrained(dst, local_files_only=True)`` / HF_HUB_OFFLINE=1.
     ``narrow``: other widths than the published ones (``narrow_configs``). Returns ``dst``.
+
+    Built once per process and arguments, then copied to ``dst`` (``tiny_models.cached_folder_builder``).
     """
     return save_pipeline_folder(
         dst,

@@ -15,7 +15,14 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tiny_models import build_components, comfy_tokenizer_dirs, load_kwargs, quiet_on_cpu, save_pipeline_folder
+from tiny_models import (
+    build_components,
+    cached_folder_builder,
+    comfy_tokenizer_dirs,
+    load_kwargs,
+    quiet_on_cpu,
+    save_pipeline_folder,
+)
 
 QWEN_LAYERS = 30  # more than the 28 FillScope builds: the loader must skip the rest
 TINY_QWEN3_CONFIG: dict[str, Any] = {
@@ -95,14 +102,24 @@ def build_tiny_components(seed: int = 0, qwen_hidden: int | None = None, *, narr
     return out
 
 
+@cached_folder_builder
+def _tiny_klein_pipeline_folder(dst: Path, seed: int = 0, qwen_hidden: int | None = None,
+                                narrow: bool = False) -> Path:
+    """The klein folder before ``build_tiny_klein_folder`` marks it distilled or base: what the per-process cache
+    keeps (the distilled and the base folder share it, ``tiny_models.cached_folder_builder``)."""
+    return save_pipeline_folder(Path(dst), build_tiny_components(seed, qwen_hidden, narrow=narrow),
+                                class_name="Flux2KleinPipeline",
+                                index_components=MODEL_INDEX_COMPONENTS,
+                                tokenizers={"tokenizer": write_qwen3_tokenizer})
+
+
 def build_tiny_klein_folder(dst: Path, seed: int = 0, *, distilled: bool = True, qwen_hidden: int | None = None,
                             narrow: bool = False) -> Path:
+    """A diffusers-format FLUX.2 [klein] folder of ``build_tiny_components(seed, qwen_hidden, narrow=narrow)`` at
+    ``dst``, model_index.json's ``is_distilled`` = ``distilled``. Returns ``dst``."""
     import json
 
-    folder = save_pipeline_folder(Path(dst), build_tiny_components(seed, qwen_hidden, narrow=narrow),
-                                  class_name="Flux2KleinPipeline",
-                                  index_components=MODEL_INDEX_COMPONENTS,
-                                  tokenizers={"tokenizer": write_qwen3_tokenizer})
+    folder = _tiny_klein_pipeline_folder(Path(dst), seed, qwen_hidden, narrow)
     index = json.loads((folder / "model_index.json").read_text())
     (folder / "model_index.json").write_text(json.dumps({**index, "is_distilled": distilled}, indent=2))
     return folder

@@ -12,6 +12,8 @@ their configs, folder layouts, diffusers reference runners and the notes on diff
   ``fill_if_zero``;
 * writing: ``save_pipeline_folder`` (components, tokenizers and model_index.json), ``save_model_folder`` (one
   model), both refusing anything but safetensors weights;
+* the per-process folder cache: ``cached_folder_builder`` (a folder builder built once per distinct arguments in
+  this process, then copied), ``fresh_folders()`` (build afresh inside the block), ``folder_cache_root()``;
 * reference runs: ``load_kwargs()`` (offline fp32 ``from_pretrained`` keywords), ``quiet_on_cpu(pipe)``,
   ``check_run_modes``, ``swapped`` (a scoped attribute patch, for the argmax VAE-encode patches),
   ``call_pipeline`` (runs under such a patch and refuses an inert one), ``first_randn`` (a seed's first draw).
@@ -19,10 +21,17 @@ their configs, folder layouts, diffusers reference runners and the notes on diff
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import functools
 import importlib.util
+import inspect
 import json
+import os
 import shutil
+import sys
+import tempfile
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -325,6 +334,169 @@ def save_pipeline_folder(
     )
     check_safetensors_only(dst)
     return dst
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Per-process folder cache
+# ----------------------------------------------------------------------------------------------------------------
+
+# "0" builds every folder afresh (the cache off); anything else, or unset, caches.
+FOLDER_CACHE_ENV = "FILLSCOPE_TINY_MODEL_CACHE"
+
+
+class _FolderCache:
+    """One process's cache: a temporary folder of its own (outside the repository, created on first use, removed
+    when the interpreter exits) and, per key, the entry folder and its files as written (``_listing``).
+    A process that finds ``pid`` is not its own (a fork) starts a cache of its own: processes never share one."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.lock = threading.RLock()
+        self.root: Path | None = None
+        self.entries: dict[Any, tuple[Path, dict[str, tuple[int, int]]]] = {}
+        self.count = 0
+        self.fresh = 0  # > 0 inside fresh_folders()
+
+
+_cache = _FolderCache()
+
+
+def _this_process_cache() -> _FolderCache:
+    global _cache
+    if _cache.pid != os.getpid():
+        _cache = _FolderCache()
+    return _cache
+
+
+def _remove_cache_root(root: Path, pid: int) -> None:
+    if os.getpid() == pid:  # never from a forked child that inherited the handler
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def folder_cache_root() -> Path:
+    """This process's cache folder, created on first use (under the temporary directory; removed at exit). A
+    cache folder removed behind the cache's back (a test's temporary TMPDIR) is replaced by a new one."""
+    cache = _this_process_cache()
+    with cache.lock:
+        if cache.root is None or not cache.root.is_dir():
+            cache.root = Path(tempfile.mkdtemp(prefix=f"fillscope-tiny-models-{os.getpid()}-"))
+            cache.entries.clear()
+            atexit.register(_remove_cache_root, cache.root, os.getpid())
+        return cache.root
+
+
+@contextlib.contextmanager
+def fresh_folders() -> Iterator[None]:
+    """Inside the block the cached folder builders build straight into their destination, as without the cache
+    (what a test comparing the cache with a fresh build needs)."""
+    cache = _this_process_cache()
+    with cache.lock:
+        cache.fresh += 1
+    try:
+        yield
+    finally:
+        with cache.lock:
+            cache.fresh -= 1
+
+
+def _listing(folder: Path) -> dict[str, tuple[int, int]]:
+    """{relative path: (size, mtime_ns)} of every file under ``folder``."""
+    out = {}
+    for root, _dirs, names in os.walk(folder):
+        for name in names:
+            st = (Path(root) / name).stat()
+            out[(Path(root) / name).relative_to(folder).as_posix()] = (st.st_size, st.st_mtime_ns)
+    return out
+
+
+def _intact(folder: Path, listing: dict[str, tuple[int, int]]) -> bool:
+    try:
+        return _listing(folder) == listing
+    except OSError:
+        return False
+
+
+def _copy_folder(src: Path, dst: Path) -> None:
+    """Every file of ``src`` copied (bytes only: new files, never links; times and modes as a fresh write gives
+    them) to the same place under ``dst``, created as needed; files already in ``dst`` are overwritten, others
+    kept (as a builder writing into an existing folder leaves them)."""
+    dst.mkdir(parents=True, exist_ok=True)
+    for root, dirs, names in os.walk(src):
+        rel = Path(root).relative_to(src)
+        for d in dirs:
+            (dst / rel / d).mkdir(exist_ok=True)
+        for name in names:
+            shutil.copyfile(Path(root) / name, dst / rel / name)
+
+
+def _module_state(module_name: str) -> tuple:
+    """The module's UPPER_CASE globals (its configs), as reprs: a test that swaps or edits one (native_templates,
+    test_native_conditioning widen the tiny SD3's) gets a build of its own, never a copy of the unpatched one."""
+    module = sys.modules.get(module_name)
+    if module is None:
+        return ()
+    return tuple((k, repr(v)) for k, v in sorted(vars(module).items()) if k.isupper() and not k.startswith("_"))
+
+
+def _tokenizer_dirs_or_none() -> tuple[Path, Path] | None:
+    try:
+        return comfy_tokenizer_dirs()
+    except FileNotFoundError:  # a builder that needs them raises building the entry, then again on dst
+        return None
+
+
+def cached_folder_builder(builder: Callable[..., Path]) -> Callable[..., Path]:
+    """A folder builder ``builder(dst, ...) -> dst`` that writes only under ``dst``, built once per process and key,
+    then copied (``_copy_folder``) to each caller's ``dst``; returns ``Path(dst)`` like the builder.
+
+    The key: every argument but ``dst`` (defaults applied), the UPPER_CASE globals of the builder's module and of
+    this one, the default dtype and ComfyUI's tokenizer folders. Built afresh (no cache) when an argument is not
+    hashable, inside ``fresh_folders()`` or with env FILLSCOPE_TINY_MODEL_CACHE=0. A build that raises is not
+    cached: the builder is run again on ``dst`` itself, so the caller sees its error and whatever it wrote, as
+    without the cache. An entry whose files changed or vanished is built again. ``.uncached`` is the plain builder.
+    Not for a builder that writes outside ``dst`` or reads anything the key misses (monkeypatched functions)."""
+    signature = inspect.signature(builder)
+    dst_name = next(iter(signature.parameters))
+
+    @functools.wraps(builder)
+    def wrapper(*args: Any, **kwargs: Any) -> Path:
+        cache = _this_process_cache()
+        if cache.fresh or os.environ.get(FOLDER_CACHE_ENV, "1") == "0":
+            return builder(*args, **kwargs)
+        try:
+            bound = signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+            options = tuple((k, v) for k, v in bound.arguments.items() if k != dst_name)
+            key = (builder.__module__, builder.__qualname__, options, _module_state(builder.__module__),
+                   _module_state(__name__), torch.get_default_dtype(), _tokenizer_dirs_or_none())
+            hash(key)
+        except TypeError:
+            return builder(*args, **kwargs)
+        dst = Path(bound.arguments[dst_name])
+        with cache.lock:
+            root = folder_cache_root()
+            entry = cache.entries.get(key)
+            if entry is None or not _intact(*entry):
+                cache.entries.pop(key, None)
+                cache.count += 1
+                src = root / f"{cache.count:03d}-{builder.__name__}"
+                shutil.rmtree(src, ignore_errors=True)
+                build_args = dict(bound.arguments, **{dst_name: src})
+                try:
+                    builder(**build_args)
+                    entry = (src, _listing(src))
+                except Exception:  # noqa: BLE001  (run again on dst below: the caller gets the error)
+                    shutil.rmtree(src, ignore_errors=True)
+                    entry = None
+                if entry is not None:
+                    cache.entries[key] = entry
+            if entry is None:
+                return builder(*args, **kwargs)
+            _copy_folder(entry[0], dst)
+        return dst
+
+    wrapper.uncached = builder  # type: ignore[attr-defined]
+    return wrapper
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -170,6 +170,7 @@ from tiny_models import (
     TINY_T5_CONFIG,
     TINY_VAE_BASE_CONFIG,
     build_components,
+    cached_folder_builder,
     call_pipeline,
     check_run_modes,
     fill_if_zero,
@@ -349,6 +350,7 @@ def _write_clip_g_tokenizer(dst: Path) -> None:
     write_clip_tokenizer(dst, pad=(CLIP_G_PAD_TOKEN, CLIP_G_PAD_ID))
 
 
+@cached_folder_builder
 def build_tiny_sd3_folder(dst: Path, seed: int = 0, *, narrow: bool = False) -> Path:
     """Save a complete diffusers-format SD3 folder with tiny random fp32 weights to ``dst``.
 
@@ -357,7 +359,8 @@ def build_tiny_sd3_folder(dst: Path, seed: int = 0, *, narrow: bool = False) -> 
     tokenizer/ + tokenizer_2/ (CLIP BPE, max length 77; tokenizer_2 pads with "!" = 0), tokenizer_3/ (T5),
     transformer/ (SD3Transformer2DModel), vae/ (AutoencoderKL). Weights as safetensors only; same ``seed`` gives
     identical weights; loads back with ``local_files_only=True`` / HF_HUB_OFFLINE=1. ``narrow``: other widths than
-    the published ones (``narrow_config``). Returns ``dst``.
+    the published ones (``narrow_config``). Returns ``dst``. Built once per process and arguments, then copied to
+    ``dst`` (``tiny_models.cached_folder_builder``).
     """
     return save_pipeline_folder(
         dst,
@@ -372,6 +375,7 @@ def build_tiny_sd3_folder(dst: Path, seed: int = 0, *, narrow: bool = False) -> 
     )
 
 
+@cached_folder_builder
 def build_tiny_sd3_controlnet_folder(dst: Path, seed: int = 0, *, config_has_extra_channels: bool = True,
                                      narrow: bool = False) -> Path:
     """Save the tiny SD3 inpainting ControlNet as the alimama-creative/SD3-Controlnet-Inpainting layout: ONE model
@@ -380,7 +384,8 @@ def build_tiny_sd3_controlnet_folder(dst: Path, seed: int = 0, *, config_has_ext
 
     ``config_has_extra_channels=False`` drops ``extra_conditioning_channels`` from config.json, as a config written
     before diffusers knew the key would lack it: a plain ``from_pretrained`` then fails with a size mismatch, and
-    ``load_sd3_inpaint_pipeline`` infers the channels from the weight. Returns ``dst``.
+    ``load_sd3_inpaint_pipeline`` infers the channels from the weight. Returns ``dst``. Built once per process and
+    arguments, then copied to ``dst`` (``tiny_models.cached_folder_builder``).
     """
     dst = save_model_folder(dst, build_tiny_sd3_controlnet(seed, narrow=narrow)[0])
     if not config_has_extra_channels:
