@@ -324,7 +324,10 @@ class ComfyPage:
 
     # ---- server side ----------------------------------------------------------------------------
     def preset_settings(self, settings: dict) -> None:
-        """POST /settings/<id> for each setting (the server's per-user settings file), before the page loads."""
+        """POST /settings/<id> for each setting (the server's per-user settings file), before the page loads; and an
+        empty /history: a server shared with other test modules may hold a refused prompt with a NaN widget, which
+        ComfyUI serialises as bare NaN, and the frontend's own JSON.parse of /history then logs a SyntaxError."""
+        http_json(f"{self.url}/history", {"clear": True})
         for key, value in settings.items():
             http_json(f"{self.url}/settings/{urllib.parse.quote(key, safe='')}", value)
 
