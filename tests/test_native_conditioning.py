@@ -30,9 +30,9 @@ import numpy as np
 import pytest
 import tiny_sd3
 import torch
-from comfy_server import ComfyExecutionError
 from PIL import Image
 from safetensors import safe_open
+from server_checks import failed_run
 from tiny_flux import build_tiny_flux_fill_folder
 from tiny_models import comfy_tokenizer_dirs, swapped
 from workflow_helpers import api_node
@@ -188,9 +188,7 @@ def rows(doc) -> dict:
 
 
 def run_error(server, prompt) -> str:
-    with pytest.raises(ComfyExecutionError) as e:
-        server.run(prompt, timeout=600)
-    return str(e.value)
+    return str(failed_run(server, prompt, timeout=600))
 
 
 def assert_still_serving(server, info):

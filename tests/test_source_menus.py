@@ -28,12 +28,12 @@ from pathlib import Path
 import pytest
 import torch
 from comfy_server import (
-    ComfyExecutionError,
     ComfyPromptError,
     ComfyServer,
     comfyui_installed,
     comfyui_path,
 )
+from server_checks import refused_at
 
 pytestmark = pytest.mark.server
 
@@ -159,11 +159,7 @@ def refused_when_queued(server, node_type: str, source: str) -> str:
 
 def load_error(server, node_type: str, source: str) -> str:
     """The message of the load's execution error (queueing it must succeed: ComfyPromptError would fail here)."""
-    with pytest.raises(ComfyExecutionError) as e:
-        server.run(loader_only(node_type, source), timeout=120)
-    err = next(data for kind, data in e.value.entry["status"]["messages"] if kind == "execution_error")
-    assert err["node_type"] == node_type, err["exception_message"]
-    return err["exception_message"].strip()
+    return refused_at(server, loader_only(node_type, source), node_type)[0].strip()
 
 
 # ---- the menus --------------------------------------------------------------------------------------------------------
