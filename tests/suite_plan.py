@@ -32,8 +32,6 @@ SERVER_FIXTURES = frozenset({"comfy_server", "comfy_models_dir", "served_models"
 SERVER_MODULES = frozenset({"test_source_menus.py", "test_registry_metadata.py", "test_pack.py"})
 RAY_MODULES = frozenset({"test_context_parallel.py"})
 
-KINDS = ("engine", "server", "browser", "ray")
-
 
 def kind_of(item) -> str:
     module = Path(str(item.fspath)).name
