@@ -165,6 +165,21 @@ def rss_mib(server) -> float:
     return memory_mib(server)["VmRSS"]
 
 
+def large_anonymous_mappings(server, min_mib: float) -> dict:
+    """The server's anonymous mappings with at least min_mib resident, as {start address: resident MiB}. glibc
+    serves an allocation above its mmap threshold (at most 32 MiB) with a mapping of its own and unmaps it on free,
+    so a large tensor's memory shows here while it lives and is gone once it is freed, unlike RSS, which the
+    allocator's heap churn moves by tens of MiB in a long-lived server."""
+    out, start = {}, None
+    for line in Path(f"/proc/{server.proc.pid}/smaps").read_text().splitlines():
+        fields = line.split()
+        if not fields[0].endswith(":"):  # a mapping's header: "start-end perms offset dev inode [path]"
+            start = int(fields[0].split("-")[0], 16) if len(fields) == 5 else None  # no path: anonymous
+        elif fields[0] == "Rss:" and start is not None and int(fields[1]) / 1024 >= min_mib:
+            out[start] = int(fields[1]) / 1024
+    return out
+
+
 def free_when_idle(server, **flags) -> None:
     """POST /free while the worker is idle, and give it a moment to apply it. The worker applies /free's flags when
     the POST wakes it (or after its next prompt); the wake-up is lost when /free lands while the worker is still
