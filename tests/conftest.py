@@ -190,7 +190,7 @@ def newest_frontend_server(served_models):
     """A second server serving the newest frontend (scripts/setup.sh's NEWEST_FRONTEND, unpacked under
     tests/.cache/frontends/; ComfyUI's --front-end-root) on the session server's model folders (a link: the tiny
     stand-ins are built once) and its example images: one for the session, started by the first browser test on that
-    frontend (tests/test_browser_frontends.py, test_browser_inspect.py, test_browser_native_links.py). Skipped, with
+    frontend (tests/test_browser_frontends.py, test_browser_inspect.py). Skipped, with
     the reason, when `make setup` could not unpack that frontend (a failure under CI, like every non-CUDA skip)."""
     import shutil
 

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from comfy_server import ComfyExecutionError
 from PIL import Image
-from workflow_helpers import load_api, node_id, sd3_inpaint_prompt, with_synthetic_image
+from workflow_helpers import load_api, node_id, sd3_inpaint_prompt, with_dtype, with_synthetic_image
 
 # a colour (0xRRGGBB) per liveness call, from a random start: never one an earlier prompt of this process (or a
 # cached earlier session's) asked for
@@ -112,8 +112,7 @@ def saved_pixels(server, entry: dict, node: str) -> np.ndarray:
 
 # ---- the tiny shipped inpaint graphs with a fresh seed ---------------------------------------------------------
 
-SMALL = 32  # px a side: the smallest image (a multiple of 16) every family takes whole; the shipped graphs load bf16
-# weights, whose VAE is slow on a CPU without bf16 instructions (a 128x96 image: seconds), at 32x32 it is not
+SMALL = 32  # px a side: the smallest image (a multiple of 16) every family takes whole: the cheapest VAE work
 
 
 def small_image(prompt: dict, mask_fraction: float = 0.5) -> dict:
@@ -123,10 +122,15 @@ def small_image(prompt: dict, mask_fraction: float = 0.5) -> dict:
 
 
 
-def flux_prompt(steps: int = 2, seed: int | None = None, transformer: str | None = None) -> dict:
+# The helpers below load the tiny models in fp32 unless told otherwise (workflow_helpers.with_dtype): the shipped
+# graphs load bf16, which a CPU without bf16 instructions runs ~20x slower than fp32 (the VAE's convolutions above all);
+# a test whose point is the dtype passes dtype="bf16".
+
+
+def flux_prompt(steps: int = 2, seed: int | None = None, transformer: str | None = None, dtype: str = "fp32") -> dict:
     """flux_fill_inpaint (the session server's tiny FLUX Fill files, the 128x96 example image) at `steps`, a fresh
-    seed unless given, and optionally another transformer source."""
-    prompt = load_api("flux_fill_inpaint")
+    seed unless given, optionally another transformer source, every loader in `dtype` (shipped: bf16)."""
+    prompt = with_dtype(load_api("flux_fill_inpaint"), dtype)
     prompt[node_id(prompt, "FillScopeFluxFillSampler")]["inputs"].update(
         steps=steps, seed=next_seed() if seed is None else seed)
     if transformer is not None:
@@ -134,16 +138,18 @@ def flux_prompt(steps: int = 2, seed: int | None = None, transformer: str | None
     return prompt
 
 
-def sd3_prompt(steps: int = 2) -> dict:
-    """sd3_controlnet_inpaint on the tiny SD3 (workflow_helpers.sd3_inpaint_prompt) at `steps`, a fresh seed."""
-    prompt = sd3_inpaint_prompt()
+def sd3_prompt(steps: int = 2, dtype: str = "fp32") -> dict:
+    """sd3_controlnet_inpaint on the tiny SD3 (workflow_helpers.sd3_inpaint_prompt) at `steps`, a fresh seed, every
+    loader in `dtype` (shipped: bf16)."""
+    prompt = with_dtype(sd3_inpaint_prompt(), dtype)
     prompt[node_id(prompt, "FillScopeSD3ControlNetInpaintSampler")]["inputs"].update(steps=steps, seed=next_seed())
     return prompt
 
 
-def klein_prompt(steps: int = 1) -> dict:
-    """klein_inpaint (the tiny klein files, the 128x96 example image) at `steps`, a fresh seed."""
-    prompt = load_api("klein_inpaint")
+def klein_prompt(steps: int = 1, dtype: str = "fp32") -> dict:
+    """klein_inpaint (the tiny klein files, the 128x96 example image) at `steps`, a fresh seed, every loader in
+    `dtype` (shipped: bf16)."""
+    prompt = with_dtype(load_api("klein_inpaint"), dtype)
     prompt[node_id(prompt, "FillScopeKleinSampler")]["inputs"].update(steps=steps, seed=next_seed())
     return prompt
 

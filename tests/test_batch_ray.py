@@ -1,13 +1,21 @@
 """Batches on Ray (fillscope/batch/cluster.py), on this CPU machine with real Ray: a 7-job manifest of tiny fp32
-FLUX Fill, SD3 + ControlNet and klein jobs (the fewest that still show both workers busy, a killed job run again and
-an interrupted batch resumed) gives the in-process batch's images, bit for bit,
+FLUX Fill, SD3 + ControlNet and klein jobs gives the in-process batch's images, bit for bit,
 
-- on a local Ray cluster with 2 CPU workers (both used, one line a job in batch.jsonl, written by the driver);
-- on a simulated two-node cluster (ray.cluster_utils.Cluster), jobs on both nodes;
+- on a local Ray cluster with 2 CPU workers (both used, one line a job in batch.jsonl, written by the driver, the
+  cluster stopped afterwards): a job a family;
 - when a worker process is killed (SIGKILL) in the middle of a job: the job runs again elsewhere, nothing lost or
-  written twice;
+  written twice (the same batch as above: one cluster start for both tests);
+- on a simulated two-node cluster (ray.cluster_utils.Cluster), jobs on both nodes (2 FLUX Fill jobs: one a node);
 - after the command line (`--ray local --workers 2`) is interrupted (SIGINT) mid-batch: the rerun runs only the
-  jobs that had not finished.
+  jobs that had not finished (the whole manifest);
+- with jobs of "parallel": 2 on a group of two workers.
+
+Cost (issue 32): a batch on Ray pays its workers' start (an interpreter importing torch, diffusers and
+transformers) and a stack load a family a worker, a cluster a few seconds more, and a group of spawned local ranks
+an interpreter and a stack load a rank. So each test runs only the jobs its property needs, the local-cluster and
+killed-worker tests read one batch (`local_batch`), and the parallel test spawns two groups of local ranks, not
+three. Tests that need their own cluster or topology stop any Ray this process is connected to first
+(tests/ray_session.py).
 
 Ray writes under HOME, RAY_TMPDIR and TMPDIR: the module points all three at a short temporary folder (Ray's
 socket paths must stay under 108 characters) and gives them back afterwards.
@@ -15,12 +23,14 @@ socket paths must stay under 108 characters) and gives them back afterwards.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +40,8 @@ from batch_jobs import build_batch_manifest
 from tiny_models import tokenizers_available
 
 from fillscope.batch.manifest import read_manifest
-from fillscope.batch.runner import ModelCache, run_batch
+from fillscope.batch.runner import ModelCache, compute_on_rank, run_batch
+from fillscope.parallel.launch import in_turn, run_on_ranks
 
 ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'fillscope[cluster]')")
 pytestmark = pytest.mark.skipif(not tokenizers_available(), reason="ComfyUI tokenizer files not found")
@@ -45,6 +56,29 @@ N_JOBS = sum(COUNTS)
 @pytest.fixture(scope="module", autouse=True)
 def ray_home(ray_tmp_env):
     return ray_tmp_env
+
+
+@pytest.fixture
+def shared_ray(ray_home):
+    """The module's local Ray (2 CPUs), started by the first test that asks for it, stopped at the module's end
+    (ray_tmp_env): for tests that need a cluster, not a cluster of their own (the parallel one)."""
+    from ray_session import connect_local
+
+    return connect_local()
+
+
+@pytest.fixture
+def own_ray(ray_home):
+    """No Ray connected in this process: the test joins or starts a cluster of its own (another topology, or the
+    command line's own local one)."""
+    from ray_session import disconnect
+
+    disconnect()
+
+
+def jobs_of(manifest: Path, ids) -> list:
+    """The manifest's jobs `ids`, in manifest order."""
+    return [job for job in read_manifest(manifest) if job.id in ids]
 
 
 @pytest.fixture(scope="module")
@@ -71,10 +105,12 @@ def logged(out: Path) -> list[dict]:
     return [json.loads(x) for x in (out / "batch.jsonl").read_text().splitlines()]
 
 
-def assert_equals_in_process(out: Path, in_process: Path) -> list[dict]:
-    """Every job ok once in batch.jsonl, its image equal to the in-process one, bit for bit."""
+def assert_equals_in_process(out: Path, in_process: Path, ids=None) -> list[dict]:
+    """Every job (`ids`; None: every job of the manifest) ok once in batch.jsonl, its image equal to the in-process
+    one, bit for bit."""
     lines = logged(out)
-    assert sorted(x["id"] for x in lines) == sorted(p.stem for p in in_process.glob("*.png")), lines
+    expected = sorted(ids) if ids is not None else sorted(p.stem for p in in_process.glob("*.png"))
+    assert sorted(x["id"] for x in lines) == expected, lines
     assert all(x["status"] == "ok" for x in lines), [x for x in lines if x["status"] != "ok"]
     for x in lines:
         assert np.array_equal(pixels(out / f"{x['id']}.png"), pixels(in_process / f"{x['id']}.png")), x["id"]
@@ -97,38 +133,30 @@ def test_plan_gives_one_worker_per_gpu_and_shares_cpu_nodes():
         plan_workers(nodes, 0)
 
 
-def test_local_ray_with_two_workers_equals_the_in_process_batch(manifest, in_process, tmp_path):
-    summary = run_batch_on_ray(read_manifest(manifest), tmp_path, address="local", workers=2, device="cpu",
-                               max_resident=3, progress=False)
-    assert (summary["ok"], summary["error"], summary["ran"]) == (N_JOBS, 0, N_JOBS), summary
-    lines = assert_equals_in_process(tmp_path, in_process)
-    assert len({x["worker"] for x in lines}) == 2  # both workers ran jobs
-    assert not ray.is_initialized()  # the local cluster it started is stopped
+LOCAL_IDS = ("flux-0", "sd3-0", "klein-0")  # a job a family; the kill needs a job still running (below)
 
 
-def test_a_two_node_cluster_runs_jobs_on_both_nodes(manifest, in_process, tmp_path):
-    from ray.cluster_utils import Cluster
+@pytest.fixture(scope="module")
+def local_batch(ray_home, manifest, tmp_path_factory):
+    """One batch on a local Ray cluster it starts itself (address "local", 2 CPU workers), one worker killed
+    (SIGKILL) in the middle of a job: (the summary, the output folder, the workers' pids at the start, the killed
+    job's id, whether Ray was still initialised in this process after the batch).
 
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
-    try:
-        cluster.add_node(num_cpus=1)
-        cluster.wait_for_nodes()
-        summary = run_batch_on_ray(read_manifest(manifest), tmp_path, address=cluster.address, device="cpu",
-                                   max_resident=3, progress=False)
-    finally:
-        if ray.is_initialized():
-            ray.shutdown()
-        cluster.shutdown()
-    assert summary["ok"] == N_JOBS, summary
-    lines = assert_equals_in_process(tmp_path, in_process)
-    nodes = {x["worker"].split(" pid ")[0] for x in lines}
-    assert len(nodes) == 2, nodes
+    Shared by the two tests below (issue 32: a cluster's and two workers' start, paid once). Its own cluster: address
+    "local" starts one only when this process has none, and the check that it is stopped afterwards needs the start
+    to be this batch's. LOCAL_IDS, three stacks: the workers take flux-0 and sd3-0 (cluster.RayBatch._choose spreads
+    new stacks); the first back (flux-0: the smallest stack) takes klein-0, the slowest load, so when sd3-0 is in
+    (done == 2) each worker has finished one job and the other is still loading or running klein-0, and is killed.
+    A fourth job would let the first worker finish two before the other one (flux-0 then flux-1, seen here)."""
+    from ray_session import disconnect
 
-
-def test_killing_a_worker_mid_job_loses_nothing(manifest, in_process, tmp_path):
-    killed = []
+    disconnect()
+    out = tmp_path_factory.mktemp("local_ray")
+    killed, first_pids = [], []
 
     def started(batch):
+        first_pids.extend(batch.pids.get(id(w)) for w in batch.workers)  # learnt by batch.start()
+
         def on_result(result, done, total):
             if done == 2 and not killed:
                 busy = [(pid, job) for pid, job in batch.busy() if pid is not None]
@@ -138,17 +166,48 @@ def test_killing_a_worker_mid_job_loses_nothing(manifest, in_process, tmp_path):
 
         batch.on_result = on_result
 
-    summary = run_batch_on_ray(read_manifest(manifest), tmp_path, address="local", workers=2, device="cpu",
+    summary = run_batch_on_ray(jobs_of(manifest, LOCAL_IDS), out, address="local", workers=2, device="cpu",
                                max_resident=3, progress=False, started=started)
-    assert killed, "no worker was busy to kill"
-    assert summary["ok"] == N_JOBS and summary["ran"] == N_JOBS, summary
-    lines = assert_equals_in_process(tmp_path, in_process)
-    assert len(lines) == N_JOBS  # one line a job: nothing written twice
-    again = next(x for x in lines if x["id"] == killed[0])
-    assert again["attempts"] == 2, again  # the killed job ran a second time
+    return summary, out, first_pids, killed[0] if killed else None, ray.is_initialized()
 
 
-def test_a_rerun_after_an_interrupted_batch_runs_only_the_missing_jobs(manifest, in_process, tmp_path):
+def test_local_ray_with_two_workers_equals_the_in_process_batch(local_batch, in_process):
+    summary, out, first_pids, _, still_initialised = local_batch
+    assert (summary["ok"], summary["error"], summary["ran"]) == (len(LOCAL_IDS), 0, len(LOCAL_IDS)), summary
+    lines = assert_equals_in_process(out, in_process, LOCAL_IDS)
+    assert len(first_pids) == 2 and None not in first_pids, first_pids
+    ran_on = {int(x["worker"].split(" pid ")[1]) for x in lines}
+    assert set(first_pids) <= ran_on, (first_pids, lines)  # both workers ran jobs
+    assert not still_initialised  # the local cluster it started is stopped
+
+
+def test_a_two_node_cluster_runs_jobs_on_both_nodes(own_ray, manifest, in_process, tmp_path):
+    # its own topology (two nodes of 1 CPU, one worker each): a local Ray this process runs is stopped first. Two
+    # jobs of one stack: both workers are idle when the batch starts, the first takes flux-0 and the second the job
+    # left (cluster.RayBatch._schedule), so each node runs one
+    from ray.cluster_utils import Cluster
+
+    ids = ("flux-0", "flux-1")
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    try:
+        cluster.add_node(num_cpus=1)
+        cluster.wait_for_nodes()
+        summary = run_batch_on_ray(jobs_of(manifest, ids), tmp_path, address=cluster.address, device="cpu",
+                                   max_resident=3, progress=False)
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+        cluster.shutdown()
+    assert summary["ok"] == len(ids), summary
+    lines = assert_equals_in_process(tmp_path, in_process, ids)
+    nodes = {x["worker"].split(" pid ")[0] for x in lines}
+    assert len(nodes) == 2, nodes
+
+
+def test_a_rerun_after_an_interrupted_batch_runs_only_the_missing_jobs(own_ray, manifest, in_process, tmp_path):
+    # the command line starts its own local cluster (in its process); none left running in this one meanwhile.
+    # The whole manifest: after 2 jobs are in, 5 still run or wait (stack loads of seconds), so SIGINT always
+    # lands mid-batch
     out = tmp_path / "out"
     command = [sys.executable, "-m", "fillscope", "batch", str(manifest), "--out", str(out), "--device", "cpu",
                "--ray", "local", "--workers", "2", "--max-resident", "3", "--no-progress"]
@@ -177,18 +236,41 @@ def test_a_rerun_after_an_interrupted_batch_runs_only_the_missing_jobs(manifest,
     assert len(lines) == N_JOBS  # the rerun added exactly the missing jobs
 
 
-def test_parallel_jobs_run_on_a_group_of_workers(manifest, in_process, tmp_path):
+def test_killing_a_worker_mid_job_loses_nothing(local_batch, in_process):
+    summary, out, _, killed, _ = local_batch
+    assert killed, "no worker was busy to kill"
+    assert summary["ok"] == len(LOCAL_IDS) and summary["ran"] == len(LOCAL_IDS), summary
+    lines = assert_equals_in_process(out, in_process, LOCAL_IDS)
+    assert len(lines) == len(LOCAL_IDS)  # one line a job: nothing written twice
+    again = next(x for x in lines if x["id"] == killed)
+    assert again["attempts"] == 2, again  # the killed job ran a second time
+
+
+def test_parallel_jobs_run_on_a_group_of_workers(shared_ray, manifest, in_process, tmp_path):
     """Jobs with "parallel": 2 (Ulysses for FLUX Fill and klein, CFG parallel for SD3) run on 2 workers as one
     process group and give the image of the spawned local ranks bit for bit, and the one-process image to within
     one 8-bit level; a job wanting more ranks than there are workers fails alone; the manifest refuses degrees a
-    family cannot run."""
+    family cannot run.
+
+    The spawned local ranks: flux-0 through run_batch (a parallel job in this process runs on local ranks), sd3-0
+    and klein-1 as the same rank function (runner.compute_on_rank) in one group start for both (a start is two
+    interpreters loading torch and the stack). On the shared local Ray: a group needs 2 workers, not a cluster of
+    its own."""
     lines = {x["id"]: x for x in map(json.loads, manifest.read_text().splitlines())}
     chosen = [dict(lines["flux-0"], parallel=2), dict(lines["sd3-0"], parallel=2), dict(lines["klein-1"], parallel=2),
               lines["flux-1"], dict(lines["flux-2"], id="flux-4-ranks", parallel=4)]
     path = manifest.with_name("parallel.jsonl")
     path.write_text("".join(json.dumps(x) + "\n" for x in chosen))
-    local_jobs = [j for j in read_manifest(path) if j.id != "flux-4-ranks"]
-    local = run_batch(local_jobs, tmp_path / "local", progress=False, cache=ModelCache(3, "cpu"))
+    jobs = {j.id: j for j in read_manifest(path)}
+    local = run_batch([jobs["flux-0"]], tmp_path / "local", progress=False, cache=ModelCache(1, "cpu"))
+    assert local["ok"] == 1, local
+    ranked_ids = ("sd3-0", "klein-1")
+    outputs = run_on_ranks(in_turn, 2, *(partial(compute_on_rank, jobs[i], None, "cpu") for i in ranked_ids))
+    local_png = {"flux-0": pixels(tmp_path / "local" / "flux-0.png")}
+    for job_id, output in zip(ranked_ids, outputs):
+        assert output.result.status == "ok", output.result
+        local_png[job_id] = pixels(io.BytesIO(output.files[f"{job_id}.png"]))
+
     on_ray = run_batch_on_ray(read_manifest(path), tmp_path / "ray", address="local", workers=2, device="cpu",
                               max_resident=3, progress=False)
     assert (on_ray["ok"], on_ray["error"]) == (4, 1), on_ray
@@ -198,14 +280,13 @@ def test_parallel_jobs_run_on_a_group_of_workers(manifest, in_process, tmp_path)
     for job_id in ("flux-0", "sd3-0", "klein-1"):
         assert "(rank 0 of 2)" in ranked[job_id]["worker"]
         ours = pixels(tmp_path / "ray" / f"{job_id}.png")
-        assert np.array_equal(ours, pixels(tmp_path / "local" / f"{job_id}.png")), job_id
+        assert np.array_equal(ours, local_png[job_id]), job_id
         one = pixels(in_process / f"{job_id}.png").astype(int)
         assert np.abs(ours.astype(int) - one).max() <= 1, job_id
         doc = json.loads((tmp_path / "ray" / f"{job_id}.shapes.json").read_text())
         facts = json.dumps(doc["node"]["facts"])
         assert ("cfg_parallel" if job_id.startswith("sd3") else "context_parallel") in facts, facts
     assert np.array_equal(pixels(tmp_path / "ray" / "flux-1.png"), pixels(in_process / "flux-1.png"))
-    assert local["ok"] == 4, local
 
     for bad, text in ((dict(lines["flux-0"], parallel=3), "flux-fill runs one image on 1, 2, 4 or 8 ranks"),
                       (dict(lines["sd3-0"], parallel=4), "use one of 1, 2 (1: one process)")):

@@ -16,8 +16,10 @@ What does not work yet is pinned as strict expected failures, each naming its ca
 the marker is dropped with the fix): the viewer's wider panel on 1.58.1, a Nodes 2.0 face redrawn at a new zoom.
 
 One server per frontend (the session's for 1.32.9; a second one on the same model folders for 1.58.1) and one page
-per frontend and renderer. Needs playwright and a system chromium (skipped without them outside CI, a failure in CI);
-the newest frontend missing (`make setup` could not download it) skips its cases outside CI and fails them in CI.
+per frontend: loaded with the litegraph canvas, then switched to Nodes 2.0 on the page (the setting, live, as a user
+does); each renderer runs the graph itself. Needs playwright and a system chromium (skipped without them outside CI,
+a failure in CI); the newest frontend missing (`make setup` could not download it) skips its cases outside CI and
+fails them in CI.
 """
 
 from __future__ import annotations
@@ -78,11 +80,32 @@ class Frontend:
     run: tuple | None = None  # (prompt id, /history entry) of the page's run of RUN_WORKFLOW
 
 
+_PAGES: dict = {}  # which -> ComfyPage: one page per frontend (see fe)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _pages():
+    """The module's pages, closed when it ends."""
+    yield _PAGES
+    for cp in _PAGES.values():
+        cp.close()
+    _PAGES.clear()
+
+
+def _report_ignored(cp: ComfyPage, label: str) -> None:
+    if cp.ignored_console_errors:
+        jobs = sum("JobsApiError" in e for e in cp.ignored_console_errors)
+        print(f"[frontends] {label}: {len(cp.ignored_console_errors)} console errors ignored"
+              f" (browser.ignorable_console_error), {jobs} of them the Jobs API's 404")
+
+
 @pytest.fixture(scope="module", params=COMBOS,
                 ids=[f"{PINNED if w == 'pinned' else NEWEST_FRONTEND}-{m}" for w, m in COMBOS])
 def fe(request):
     """A page for one frontend and renderer, pinned first (the newest frontend's server, one for the session, starts
-    with its first case). History emptied: the viewer and the faces restore from /history, these tests start from
+    with its first case). One page per frontend: its first renderer is the setting it loads with, the second is
+    switched on the page as a user does (Settings > Lite Graph > Modern Node Design: Comfy.VueNodes.Enabled, live),
+    its graph cleared. History emptied: the viewer and the faces restore from /history, these tests start from
     none."""
     which, mode = request.param
     require_browser("browser tests on both frontends")
@@ -90,16 +113,24 @@ def fe(request):
         server, version = request.getfixturevalue("served_models"), PINNED
     else:
         server, version = request.getfixturevalue("newest_frontend_server"), NEWEST_FRONTEND
+    for other in [k for k in _PAGES if k != which]:  # the other frontend is done with
+        _PAGES.pop(other).close()
     http_json(server.url + "/history", {"clear": True})
-    settings = {VUE_NODES: mode == "nodes2", "Comfy.Window.UnloadConfirmation": False}
+    nodes2 = mode == "nodes2"
     t0 = time.monotonic()
-    with ComfyPage(server.url, viewport=(1600, 1000), settings=settings) as cp:
+    cp = _PAGES.get(which)
+    if cp is None:
+        settings = {VUE_NODES: nodes2, "Comfy.Window.UnloadConfirmation": False}
+        cp = _PAGES[which] = ComfyPage(server.url, viewport=(1600, 1000), settings=settings).start()
         print(f"\n[frontends] {version} {mode}: page ready in {time.monotonic() - t0:.1f}s")
-        yield Frontend(cp, which, version, mode == "nodes2", server)
-        if cp.ignored_console_errors:
-            jobs = sum("JobsApiError" in e for e in cp.ignored_console_errors)
-            print(f"[frontends] {version} {mode}: {len(cp.ignored_console_errors)} console errors ignored"
-                  f" (browser.ignorable_console_error), {jobs} of them the Jobs API's 404")
+    else:
+        cp.dismiss_dialogs()
+        cp.page.evaluate("async ([id, on]) => { window.app.graph.clear();"
+                         " await window.app.ui.settings.setSettingValueAsync(id, on); }", [VUE_NODES, nodes2])
+        cp.page.wait_for_function("(on) => window.LiteGraph.vueNodesMode === on", arg=nodes2)
+        print(f"\n[frontends] {version} {mode}: switched on the page in {time.monotonic() - t0:.1f}s")
+    yield Frontend(cp, which, version, nodes2, server)
+    _report_ignored(cp, f"{version} {mode}")
 
 
 def _assert_no_errors(cp: ComfyPage) -> None:
@@ -120,7 +151,7 @@ def _ensure_run(fe: Frontend) -> tuple[str, dict]:
     if fe.run:
         return fe.run
     cp = fe.cp
-    cp.load_workflow(json.loads((EXAMPLES / f"{RUN_WORKFLOW}.json").read_text()))
+    cp.load_workflow(json.loads((EXAMPLES / f"{RUN_WORKFLOW}.json").read_text()), settle_ms=0)  # no dialog checked
     cp.free_cache()  # the server may have run this very prompt for another page: every node runs again
     pid = cp.queue()
     entry = cp.wait_history(pid, timeout=120)

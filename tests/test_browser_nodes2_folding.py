@@ -5,11 +5,12 @@ options.hidden / canvasOnly) and read neither widget.advanced nor node.showAdvan
 of a FillScope node's advanced inputs (foldVueRows) and puts a show / hide toggle in the selection toolbox, since the
 Vue node menu has no "Show Advanced".
 
-In headless chromium on a server of its own (the Nodes 2.0 setting is the server's per-user setting: other modules
-must not inherit it): a FillScope loader and sampler added to the canvas show their basic inputs and not their
-advanced ones (the inputs /object_info flags `advanced`), as DOM rows of the Vue node; the toolbox toggle (a real
-click) shows them and folds them again, also after an input was edited (when the frontend has replaced the node's
-widget data with static copies); the node is taller while they show; a node never toggled saves no showAdvanced.
+In headless chromium on the session's server (the Nodes 2.0 setting is the server's per-user setting: every page
+sets it itself, browser.DEFAULT_SETTINGS, so other modules do not inherit it): a FillScope loader and sampler added to
+the canvas show their basic inputs and not their advanced ones (the inputs /object_info flags `advanced`), as DOM rows
+of the Vue node; the toolbox toggle (a real click) shows them and folds them again, also after an input was edited
+(when the frontend has replaced the node's widget data with static copies); the node is taller while they show; a
+node never toggled saves no showAdvanced.
 
 Needs playwright (Python) and a system chromium; outside CI the module is skipped without them, in CI a failure.
 Screenshots: test-artifacts/browser/nodes2-*.png.
@@ -23,8 +24,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from browser import ComfyPage, require_browser  # noqa: E402
-from comfy_server import ComfyServer, comfyui_installed  # noqa: E402
+from browser import VUE_NODES, ComfyPage, require_browser  # noqa: E402
 
 pytestmark = pytest.mark.server
 
@@ -39,14 +39,13 @@ HEIGHT_JS = """(id) => document.querySelector(`.lg-node[data-node-id="${id}"]`).
 
 
 @pytest.fixture(scope="module")
-def page():
+def page(request):
+    """A page in Nodes 2.0 on the session's server: the setting is the server's, per user, but every other page sets
+    it itself (browser.DEFAULT_SETTINGS turns it off), so no server of its own is needed."""
     require_browser("browser Nodes 2.0 tests")
-    if not comfyui_installed():
-        pytest.skip("ComfyUI not installed")
-    with ComfyServer() as server:
-        with ComfyPage(server.url, settings={"Comfy.VueNodes.Enabled": True,
-                                             "Comfy.Window.UnloadConfirmation": False}) as cp:
-            yield cp, server
+    server = request.getfixturevalue("comfy_server")
+    with ComfyPage(server.url, settings={VUE_NODES: True, "Comfy.Window.UnloadConfirmation": False}) as cp:
+        yield cp, server
 
 
 def inputs_of(server, node_type: str) -> tuple[list[str], list[str]]:

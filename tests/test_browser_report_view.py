@@ -4,11 +4,11 @@ and report carry one number.
 
 ComfyUI's own frontend (1.32.9) in headless chromium on the session's server with the tiny weights standing in for
 the published files (conftest.served_models): example_workflows/flux_fill_inpaint.json is loaded, its sampler set to
-one step, Paste Back's IMAGE wired into the Shapes Report's `images` (Save Image removed: the report saves the image),
-and queued from the canvas; the FillScope sidebar tab (a real click on its button) shows the page in its sandboxed
-frame: the table's headers, the transformer-input and unpacked-latent rows with the shapes the tiny model's config
-and the input image give, and no JSON text block; the 中文 switch turns the headers; after a page reload the list
-(from /history) shows the page again.
+one step and its loaders to fp32, Paste Back's IMAGE wired into the Shapes Report's `images` (Save Image removed: the
+report saves the image), and queued from the canvas; the FillScope sidebar tab (a real click on its button) shows the
+page in its sandboxed frame: the table's headers, the transformer-input and unpacked-latent rows with the shapes the
+tiny model's config and the input image give, and no JSON text block; the 中文 switch turns the headers; after a page
+reload the list (from /history) shows the page again.
 
 Needs playwright (Python) and a system chromium (/usr/bin/chromium, env FILLSCOPE_CHROMIUM); outside CI the module is
 skipped without them, in CI (env CI set) that is a failure. Screenshot: test-artifacts/browser/report-view-*.png.
@@ -71,6 +71,10 @@ def test_the_sidebar_shows_the_inpaint_report_as_its_table(page):
     sampler, report = _id(wf, "FillScopeFluxFillSampler"), _id(wf, "FillScopeShapesReport")
     paste = _id(wf, "FillScopePasteBack")
     cp.set_widget(sampler, "steps", 1)
+    # fp32 weights: the shapes are the point, not the precision (bf16 convolutions are ~20x slower than fp32 on a CPU)
+    for node in wf["nodes"]:
+        if node["type"].startswith("FillScopeLoad"):
+            cp.set_widget(node["id"], "dtype", "fp32")
     # the template wires the run's image to the report (one number for both)
     linked = cp.page.evaluate("""([paste, report]) => { const g = window.app.graph;
         const r = g.getNodeById(report), slot = r.inputs.find((i) => i.name === 'images');

@@ -317,8 +317,13 @@ def test_trace_report_in_viewer(canvas, workflow):
         downloads.append(d)
 
     cp.page.on("download", on_download)
-    frame.evaluate("() => setTimeout(() => parent.postMessage({fillscope: 'report', download: 'json'}, '*'), 6000)")
-    cp.page.wait_for_timeout(7000)  # past the click's activation (5 s)
+    # Past the click's activation and this evaluate's (playwright's evaluate counts as a user gesture; chromium's
+    # transient activation lasts 5 s): the message 5.2 s later, its sending seen on the console (no evaluate meanwhile),
+    # then long enough for a download it started to be reported.
+    with cp.page.expect_console_message(lambda m: m.text == "fillscope-test: posted", timeout=30_000):
+        frame.evaluate("""() => setTimeout(() => { parent.postMessage({fillscope: 'report', download: 'json'}, '*');
+                                                    console.log('fillscope-test: posted'); }, 5200)""")
+    cp.page.wait_for_timeout(800)
     cp.page.remove_listener("download", on_download)
     assert downloads == []
 

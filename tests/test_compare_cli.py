@@ -6,8 +6,6 @@ against as-loaded and a step cache against none each give per-boundary figures a
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -15,9 +13,6 @@ from PIL import Image
 
 from fillscope.cli import main
 from tiny_flux import tiny_flux_fill_job
-
-REPO = __import__("pathlib").Path(__file__).resolve().parent.parent
-
 
 @pytest.fixture(scope="module")
 def job(tmp_path_factory):
@@ -119,12 +114,13 @@ def test_a_spec_that_cannot_run_exits_2_naming_its_field(job, capsys, b, name, t
     assert code == 2 and f"'{name}'" in err and text in err and "Fix:" in err
 
 
-def test_the_command_line_prints_the_table_and_writes_the_record(job):
-    proc = subprocess.run([sys.executable, "-m", "fillscope", "compare", str(job / "a.json"), '{"dtype": "bf16"}',
-                           "--out", str(job / "cli"), "--rows", "5"], cwd=REPO, capture_output=True, text=True,
-                          timeout=300)
-    assert proc.returncode == 1, proc.stderr
-    assert "boundary" in proc.stdout and "more rows in" in proc.stdout and "first divergence" in proc.stdout
+def test_the_command_line_prints_the_table_and_writes_the_record(job, capsys):
+    """cli.main as `python -m fillscope` calls it, in this process (a subprocess spent most of its time importing
+    torch, diffusers and transformers again); that entry point itself: test_manifest_bounds' run_cli tests."""
+    code = main(["compare", str(job / "a.json"), '{"dtype": "bf16"}', "--out", str(job / "cli"), "--rows", "5"])
+    out = capsys.readouterr()
+    assert code == 1, out.err
+    assert "boundary" in out.out and "more rows in" in out.out and "first divergence" in out.out
     assert json.loads((job / "cli" / "compare.json").read_text())["schema"] == "fillscope.compare/1"
 
 

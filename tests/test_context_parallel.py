@@ -154,12 +154,11 @@ TRANSFORMERS = {"flux-fill": (tiny_flux_transformer, flux_inputs), "klein": (tin
 
 
 @pytest.fixture(scope="module")
-def transformer_runs():
-    """Each family's transformer on one group of 2 ranks (one start for both): before, at degree 2, after; and the
+def transformer_runs(rank_runs):
+    """Each family's transformer on the module's group of 2 ranks (rank_runs): before, at degree 2, after; and the
     single-process reference."""
-    built = {family: (make(), inputs()) for family, (make, inputs) in TRANSFORMERS.items()}
-    calls = [forward(model, degree, inputs) for model, inputs in built.values() for degree in (1, 2, 1)]
-    results = iter(on_ranks("transformers", *calls))
+    built, results = rank_runs["transformers"]
+    results = iter(results)
     runs = {}
     for family, (model, inputs) in built.items():
         with torch.inference_mode():
@@ -240,14 +239,30 @@ SAMPLERS = {"flux-fill": flux_fill_sampler, "klein": klein_sampler, "sd3": sd3_s
 
 
 @pytest.fixture(scope="module")
-def sampler_runs(tmp_path_factory, prepared):
-    """Each family's sampler at parallel=2 on one group of 2 ranks (one start for the three), rank 0's result, and
-    the single-process run of the same call."""
-    if not tokenizers_available():
+def rank_runs(tmp_path_factory, prepared):
+    """Every call this module makes on spawned ranks but the refusal, on one group of 2 ranks (one start: two
+    interpreters importing torch and diffusers; issue 32): each family's transformer before, at degree 2 and after;
+    then, where ComfyUI's tokenizer files are found, each family's sampler at parallel=2. ("transformers": (the
+    models and inputs, their results), "samplers": (the samplers, their results) or None.)"""
+    built = {family: (make(), inputs()) for family, (make, inputs) in TRANSFORMERS.items()}
+    calls = [forward(model, degree, inputs) for model, inputs in built.values() for degree in (1, 2, 1)]
+    samplers = None
+    if tokenizers_available():
+        root = tmp_path_factory.mktemp("parallel")
+        samplers = {family: build(root, prepared) for family, build in SAMPLERS.items()}
+        calls += [partial(sample, parallel=2) for sample in samplers.values()]
+    results = on_ranks("transformers and samplers", *calls)
+    n = len(calls) - (len(samplers) if samplers else 0)
+    return {"transformers": (built, results[:n]), "samplers": (samplers, results[n:]) if samplers else None}
+
+
+@pytest.fixture(scope="module")
+def sampler_runs(rank_runs):
+    """Each family's sampler at parallel=2 on the module's group of 2 ranks (rank_runs), rank 0's result, and the
+    single-process run of the same call."""
+    if rank_runs["samplers"] is None:
         pytest.skip("ComfyUI tokenizer files not found")
-    root = tmp_path_factory.mktemp("parallel")
-    samplers = {family: build(root, prepared) for family, build in SAMPLERS.items()}
-    split = on_ranks("samplers", *(partial(sample, parallel=2) for sample in samplers.values()))
+    samplers, split = rank_runs["samplers"]
     return {family: (sample, sample(), result) for (family, sample), result in zip(samplers.items(), split)}
 
 

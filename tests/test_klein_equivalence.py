@@ -47,6 +47,22 @@ def stacks(folders):
 
 
 @pytest.fixture(scope="module")
+def pipelines(folders):
+    """diffusers' pipeline of a folder, loaded once for the module (from_pretrained was most of each test's time);
+    each call gets a fresh scheduler from the folder's config, so a run starts from the state a new load has."""
+    loaded = {}
+
+    def get(model: str, inpaint: bool = True):
+        if (model, inpaint) not in loaded:
+            loaded[model, inpaint] = load_pipeline(folders[model], inpaint=inpaint)
+        pipe = loaded[model, inpaint]
+        pipe.scheduler = type(pipe.scheduler).from_config(pipe.scheduler.config)
+        return pipe
+
+    return get
+
+
+@pytest.fixture(scope="module")
 def inputs():
     g = torch.Generator().manual_seed(1)
     image = uint8_image(g, H, W)
@@ -65,13 +81,14 @@ def quiet_library_logs():
 @pytest.mark.parametrize("model", ["distilled", "base", "narrow"])
 @pytest.mark.parametrize("strength", [1.0, 0.6])
 @pytest.mark.parametrize("with_reference", [False, True])
-def test_inpaint_equals_diffusers_flux2_klein_inpaint_pipeline(folders, stacks, inputs, model, strength, with_reference):
+def test_inpaint_equals_diffusers_flux2_klein_inpaint_pipeline(pipelines, stacks, inputs, model, strength,
+                                                               with_reference):
     reference = inputs["reference"] if with_reference else None
     prepared = prepare_image_and_mask(inputs["image"], inputs["mask"])
     ours = klein.run(stacks[model], PROMPT, prepared, reference=reference, steps=4, seed=3, strength=strength,
                      token_mask="bilinear")
     theirs = run_diffusers_inpaint(
-        load_pipeline(folders[model]), prompt=PROMPT, image=inputs["image"].permute(0, 3, 1, 2),
+        pipelines(model), prompt=PROMPT, image=inputs["image"].permute(0, 3, 1, 2),
         mask=inputs["mask"][:, None], seed=3, steps=4, strength=strength,
         reference=None if reference is None else reference.permute(0, 3, 1, 2))
     assert ours.latent.info["cfg"] == (model == "base")
@@ -83,19 +100,19 @@ def test_inpaint_equals_diffusers_flux2_klein_inpaint_pipeline(folders, stacks, 
 
 @pytest.mark.parametrize("model", ["distilled", "base", "narrow"])
 @pytest.mark.parametrize("n_references", [1, 2])
-def test_mask_free_edit_equals_diffusers_flux2_klein_pipeline(folders, stacks, inputs, model, n_references):
+def test_mask_free_edit_equals_diffusers_flux2_klein_pipeline(pipelines, stacks, inputs, model, n_references):
     references = [inputs["image"], inputs["reference"]][:n_references]
     ours = klein.run_edit(stacks[model], "make it blue", references, steps=3, seed=5)
-    theirs = run_diffusers_edit(load_pipeline(folders[model], inpaint=False), prompt="make it blue",
+    theirs = run_diffusers_edit(pipelines(model, inpaint=False), prompt="make it blue",
                                 references=references, seed=5, steps=3)
     assert ours.image.shape == (1, H, W, 3)  # the first reference's size, as diffusers
     assert relative_error(ours.image.permute(0, 3, 1, 2), theirs) <= TOLERANCE
 
 
-def test_text_condition_equals_diffusers_from_the_full_encoder(folders, stacks):
+def test_text_condition_equals_diffusers_from_the_full_encoder(pipelines, stacks):
     """FillScope builds 28 of the folder's 30 Qwen3 layers and no LM head; the stacked states equal diffusers'
     (which runs the whole Qwen3ForCausalLM)."""
-    pipe = load_pipeline(folders["distilled"])
+    pipe = pipelines("distilled")
     theirs = pipe._get_qwen3_prompt_embeds(pipe.text_encoder, pipe.tokenizer, PROMPT)
     ours = klein.encode_prompt(stacks["distilled"]["qwen3"], PROMPT)
     assert stacks["distilled"]["qwen3"].model.config.num_hidden_layers == 28
@@ -104,12 +121,12 @@ def test_text_condition_equals_diffusers_from_the_full_encoder(folders, stacks):
     assert torch.equal(ours.embeds, theirs)
 
 
-def test_a_full_mask_repaints_every_token_and_still_equals_diffusers(folders, stacks, inputs):
+def test_a_full_mask_repaints_every_token_and_still_equals_diffusers(pipelines, stacks, inputs):
     """A mask over the whole image: nothing is kept, the source is still the reference the transformer sees."""
     full = torch.ones(1, H, W)
     prepared = prepare_image_and_mask(inputs["image"], full)
     ours = klein.run(stacks["distilled"], PROMPT, prepared, steps=4, seed=3, token_mask="bilinear")
-    theirs = run_diffusers_inpaint(load_pipeline(folders["distilled"]), prompt=PROMPT,
+    theirs = run_diffusers_inpaint(pipelines("distilled"), prompt=PROMPT,
                                    image=inputs["image"].permute(0, 3, 1, 2), mask=full[:, None], seed=3, steps=4)
     assert bool((ours.condition.token_mask == 1).all())
     assert relative_error(ours.image.permute(0, 3, 1, 2), theirs) <= TOLERANCE

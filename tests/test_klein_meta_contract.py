@@ -31,7 +31,9 @@ def meta_stack(request):
     return request.param, klein.load_stack("meta", tokenizer_folders=(qwen_bpe_dir(),), variant=request.param)
 
 
-def run_meta(stack, height, width, reference=None):
+def run_meta(stack, height, width, reference=None, steps=None):
+    """The tensors' shapes a meta run observes (the last step's: every step has the same ones) and its result, with
+    klein.run's default steps unless `steps` is given: a test that checks no step count runs one, not four."""
     seen = {}
 
     def observe(name, t):
@@ -39,7 +41,8 @@ def run_meta(stack, height, width, reference=None):
 
     image, mask = masks.synthetic_image_and_mask(width, height)
     prepared = masks.prepare_image_and_mask(image, mask)
-    result = klein.run(stack, "put a lamp on the desk", prepared, reference=reference, observe=observe)
+    result = klein.run(stack, "put a lamp on the desk", prepared, reference=reference, observe=observe,
+                       **({} if steps is None else {"steps": steps}))
     return seen, result
 
 
@@ -58,14 +61,14 @@ def test_every_boundary_matches_the_contract_at_1024(meta_stack):
 
 def test_a_reference_image_adds_its_tokens(meta_stack):
     _, stack = meta_stack
-    seen, _ = run_meta(stack, 1024, 1024, reference=torch.zeros(1, 1024, 1024, 3))
+    seen, _ = run_meta(stack, 1024, 1024, reference=torch.zeros(1, 1024, 1024, 3), steps=1)
     assert seen["transformer.input"] == [1, 12288, 128]
     assert seen["transformer.output.kept"] == [1, 4096, 128]
 
 
 def test_768x1344_gives_4032_tokens(meta_stack):
     _, stack = meta_stack
-    seen, result = run_meta(stack, 1344, 768)
+    seen, result = run_meta(stack, 1344, 768, steps=1)
     assert seen["source_latents"] == [1, 128, 84, 48]
     assert seen["transformer.input"] == [1, 8064, 128]
     assert seen["transformer.output.kept"] == [1, 4032, 128]

@@ -70,15 +70,21 @@ def test_flops_and_module_rows_are_measured_in_the_run(report):
     assert set(ev["module"]["per_component"]) == {"qwen3", "transformer", "vae"}
 
 
-def test_cli_writes_the_klein_report(tmp_path):
-    out = subprocess.run(
-        [sys.executable, "-m", "fillscope.cli", "trace", "klein-4b", "--weights", "meta", "--size", "256x256",
-         "--no-line-trace", "--qwen-tokenizer", str(qwen_bpe_dir()), "--out", str(tmp_path)],
-        capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert "FLUX.2 [klein] 4B at 256x256" in out.stdout
+def test_cli_writes_the_klein_report(tmp_path, capsys):
+    """The report through cli.main in this process (a subprocess spent most of its time importing torch, diffusers
+    and transformers again); `python -m fillscope.cli` itself is run once, on an argument it refuses at once."""
+    from fillscope import cli
+
+    code = cli.main(["trace", "klein-4b", "--weights", "meta", "--size", "256x256", "--no-line-trace",
+                     "--qwen-tokenizer", str(qwen_bpe_dir()), "--out", str(tmp_path)])
+    out = capsys.readouterr()
+    assert code == 0, out.err[-2000:]
+    assert "FLUX.2 [klein] 4B at 256x256" in out.out
     written = json.loads((tmp_path / "klein-4b_trace.json").read_text())
     assert written["model"] == "klein-4b" and (tmp_path / "klein-4b_trace.html").is_file()
+    entry = subprocess.run([sys.executable, "-m", "fillscope.cli", "trace", "klein-4b", "--size", "0x0"],
+                           capture_output=True, text=True, timeout=300)
+    assert entry.returncode == 2 and "the width, 0, is below" in entry.stderr, entry.stderr[-2000:]
 
 
 def test_cli_names_the_qwen_tokenizer_when_none_is_given_or_found(tmp_path, monkeypatch, capsys):

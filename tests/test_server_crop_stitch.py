@@ -9,7 +9,7 @@ import torch
 from PIL import Image
 
 from server_checks import saved_pixels
-from workflow_helpers import load_api, node_id, shapes_doc, tensors
+from workflow_helpers import load_api, node_id, shapes_doc, tensors, with_dtype
 
 from fillscope.compositing.crop import crop_for_inpaint
 from fillscope.masks import synthetic_image_and_mask
@@ -31,8 +31,9 @@ def as_saved(image: torch.Tensor) -> np.ndarray:
 
 def crop_stitch_prompt(image, mask, *, target=256, regions=False, steps=2) -> dict:
     """flux_fill_inpaint with Crop For Inpaint between the image and the condition and Stitch after the decode (in
-    place of Paste Back): image/mask are [node, output] links."""
-    prompt = load_api("flux_fill_inpaint")
+    place of Paste Back): image/mask are [node, output] links. Every loader in fp32 (shipped: bf16, ~20x slower on a
+    CPU without bf16 instructions): the crop's size and the exact outside do not depend on the dtype."""
+    prompt = with_dtype(load_api("flux_fill_inpaint"), "fp32")
     cond, sampler = node_id(prompt, "FillScopeFluxFillCondition"), node_id(prompt, "FillScopeFluxFillSampler")
     decode, paste = node_id(prompt, "FillScopeVAEDecode"), node_id(prompt, "FillScopePasteBack")
     prompt["91"] = {"class_type": CROP, "inputs": {"image": image, "mask": mask, "context_factor": 1.5, "padding": 32,
@@ -149,13 +150,12 @@ def test_an_outpaint_of_256_px_a_side_returns_the_padded_size_with_the_original_
     rng = np.random.default_rng(2)
     rgb = rng.integers(0, 256, size=(h, w, 3), dtype=np.uint8)
     Image.fromarray(rgb, "RGB").save(server.input_dir / "fillscope_outpaint.png")
-    prompt = load_api("flux_fill_outpaint")
+    prompt = with_dtype(load_api("flux_fill_outpaint"), "fp32")
     prompt[node_id(prompt, "LoadImage")]["inputs"]["image"] = "fillscope_outpaint.png"
     prompt[node_id(prompt, "FillScopeOutpaintPad")]["inputs"].update(left=256, top=256, right=256, bottom=256)
     prompt[node_id(prompt, "FillScopeFluxFillSampler")]["inputs"]["steps"] = 2
-    # the VAE in fp32 (shipped: bf16, which a CPU without bf16 instructions takes minutes to run over 768x704 px): the
-    # padded size and the original's pixels do not depend on the VAE's dtype
-    prompt[node_id(prompt, "FillScopeLoadVAE")]["inputs"]["dtype"] = "fp32"
+    # every loader in fp32 (shipped: bf16, which a CPU without bf16 instructions takes minutes to run over 768x704 px
+    # in the VAE): the padded size and the original's pixels do not depend on the dtype
     entry = server.run(prompt, timeout=600)
     out = saved_pixels(server, entry, node_id(prompt, "FillScopeShapesReport"))
     assert out.shape == (h + 512, w + 512, 3)

@@ -11,6 +11,7 @@ import pytest
 from PIL import Image
 
 from workflow_helpers import EXAMPLES, WORKFLOWS, load_api, node_id, shapes_doc, tensors, with_synthetic_image
+from workflow_helpers import with_dtype
 from comfy_server import ComfyExecutionError, ComfyPromptError
 from server_checks import assert_still_serving, flux_prompt, saved_pixels, small_image
 
@@ -110,6 +111,9 @@ def test_inpaint_workflow_runs_on_the_tiny_folder_and_saves_an_image(server):
     sampler_inputs = prompt[node_id(prompt, "FillScopeFluxFillSampler")]["inputs"]
     assert sampler_inputs["steps"] == 28  # as shipped; run here at 2 steps
     sampler_inputs["steps"] = 2
+    # the models as shipped (bf16), but the VAE in fp32: bf16 convolutions on a CPU without bf16 instructions are ~20x
+    # slower (most of this test's time), and nothing here depends on the VAE's dtype
+    prompt[node_id(prompt, "FillScopeLoadVAE")]["inputs"]["dtype"] = "fp32"
     entry = server.run(prompt, timeout=600)
     saved = entry["outputs"][node_id(prompt, "FillScopeShapesReport")]["images"][0]  # the report saves the image
     png = Image.open(__import__("io").BytesIO(server.view(saved["filename"], saved["subfolder"], saved["type"])))
@@ -244,8 +248,14 @@ def test_ui_workflow_nodes_exist_and_widget_values_fit(server, name):
         assert values == (["image"] if node["type"] == "LoadImage" else []), (node["type"], values)
 
 
+def fp32_inpaint():
+    """flux_fill_inpaint with every loader in fp32 (workflow_helpers.with_dtype): for the tests whose point is not the
+    dtype (test_inpaint_workflow_runs_on_the_tiny_folder_and_saves_an_image runs it as shipped: bf16 but its VAE)."""
+    return with_dtype(load_api("flux_fill_inpaint"), "fp32")
+
+
 def test_image_mask_size_mismatch_is_a_clear_error(server):
-    prompt = load_api("flux_fill_inpaint")
+    prompt = fp32_inpaint()
     prompt[node_id(prompt, "LoadImage")]["inputs"]["image"] = "fillscope_rgb.png"  # no alpha: 64x64 mask
     with pytest.raises(ComfyExecutionError) as e:
         server.run(prompt, timeout=300)
@@ -273,7 +283,7 @@ def test_path_outside_the_model_folders_is_refused(server):
 
 
 def test_folder_of_another_model_names_what_it_is(server):
-    prompt = load_api("flux_fill_inpaint")
+    prompt = fp32_inpaint()
     prompt[node_id(prompt, "FillScopeLoadFluxFillTransformer")]["inputs"]["source"] = "FLUX.1-dev-tiny"
     with pytest.raises(ComfyExecutionError) as e:
         server.run(prompt, timeout=300)
@@ -297,7 +307,7 @@ def test_odd_size_runs_padded_and_says_so(server):
 
 
 def test_empty_mask_returns_the_input_with_a_warning(server):
-    prompt = with_synthetic_image(load_api("flux_fill_inpaint"), 32, 32, mask_fraction=0.0)  # any size: the smallest
+    prompt = with_synthetic_image(fp32_inpaint(), 32, 32, mask_fraction=0.0)  # any size: the smallest
     entry = server.run(prompt, timeout=300)
     sampler = shapes_doc(entry, prompt, "FillScopeFluxFillSampler")
     assert any("mask is empty" in w for w in sampler["node"]["warnings"])
@@ -317,7 +327,7 @@ def test_single_files_in_comfyui_model_folders_run_the_inpaint_workflow(server):
         "FillScopeLoadCLIPL": "text_encoders/clip_l.safetensors",
         "FillScopeLoadT5": "text_encoders/t5xxl_fp8_e4m3fn.safetensors",
     }
-    prompt = load_api("flux_fill_inpaint")
+    prompt = fp32_inpaint()  # the files and the fp8 T5 are the point, not the compute dtype
     for node, source in sources.items():
         assert source in info[node]["input"]["required"]["source"][1]["options"], (node, source)
         prompt[node_id(prompt, node)]["inputs"]["source"] = source
@@ -334,7 +344,7 @@ def test_paste_back_with_a_wired_mask_keeps_every_pixel_outside_it(server):
     image is the source, bit for bit, also where the sampler repainted; a mask of another size is a clear error."""
     from fillscope.masks import synthetic_image_and_mask
 
-    prompt = with_synthetic_image(load_api("flux_fill_inpaint"), 128, 96, mask_fraction=0.75)
+    prompt = with_synthetic_image(fp32_inpaint(), 128, 96, mask_fraction=0.75)
     prompt[node_id(prompt, "FillScopeFluxFillSampler")]["inputs"]["steps"] = 2  # any steps repaint (shipped: 28)
     paste = node_id(prompt, "FillScopePasteBack")
     result = next(k for k, v in prompt.items()

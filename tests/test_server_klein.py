@@ -12,7 +12,7 @@ import pytest
 import torch
 from PIL import Image
 from tiny_klein import build_tiny_klein_folder, qwen_bpe_dir
-from workflow_helpers import image_saver, load_api, node_id, shapes_doc, tensors, with_synthetic_image
+from workflow_helpers import image_saver, load_api, node_id, shapes_doc, tensors, with_dtype, with_synthetic_image
 
 from server_checks import assert_still_serving, failed_run, next_seed, saved_pixels, small_image
 from fillscope.masks import paste_back, prepare_image_and_mask, synthetic_image_and_mask
@@ -56,8 +56,10 @@ def engine_stack(server, comfy_models_dir):
                             dtype="bf16", device="cpu")
 
 
-def inpaint_prompt(steps=4, **changes):
-    prompt = load_api("klein_inpaint")
+def inpaint_prompt(steps=4, dtype="fp32", **changes):
+    """klein_inpaint at `steps`, every loader in `dtype` (workflow_helpers.with_dtype; shipped: bf16, ~20x slower on a
+    CPU without bf16 instructions): bf16 where the engine reference is bf16, fp32 where the dtype is not the point."""
+    prompt = with_dtype(load_api("klein_inpaint"), dtype)
     prompt[node_id(prompt, "FillScopeKleinSampler")]["inputs"]["steps"] = steps
     for node, inputs in changes.items():
         prompt[node_id(prompt, node)]["inputs"].update(inputs)
@@ -110,7 +112,7 @@ def test_object_info_lists_the_klein_nodes_and_files(server):
 def test_inpaint_workflow_equals_the_engine_and_keeps_unmasked_pixels(server, engine_stack):
     """The shipped klein_inpaint (single files, bf16, 4 steps, seed 0) through the server = klein.run on the same
     weights from a diffusers folder, pixel for pixel; outside the mask the result is the source, bit for bit."""
-    prompt = inpaint_prompt()
+    prompt = inpaint_prompt(dtype="bf16")  # as shipped: the engine reference (engine_stack) is bf16
     save_node(prompt, "90", [node_id(prompt, "FillScopeVAEDecode"), 0], "klein_generated")
     entry = server.run(prompt, timeout=600)
 

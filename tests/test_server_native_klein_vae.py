@@ -33,7 +33,9 @@ from workflow_helpers import api_node
 pytestmark = pytest.mark.server
 
 IMAGE, REFERENCE = "klein_vae_example.png", "klein_vae_reference.png"
-W, H, RW, RH = 128, 96, 80, 64  # multiples of 16 px (one klein token): nothing cropped or padded
+# multiples of 16 px (one klein token): nothing cropped or padded; small, since ComfyUI's FLUX.2 VAE runs at the
+# published widths (its convolutions are most of this module's work; it used 128x96 / 80x64 before, 4x the pixels)
+W, H, RW, RH = 64, 48, 48, 32
 VAE_FILE = "flux2-vae.safetensors"
 # fp32 noise between two implementations of the same convolutions (an 8-bit level is 3.9e-3): measured 1.06e-5 (decode)
 # and 1.31e-5 (whole graph's image) with one torch thread, as `make test` runs (OMP_NUM_THREADS=1), under 1e-5 with two
@@ -74,7 +76,7 @@ def server(test_nodes_server):
         rng = np.random.default_rng(0)
         rgba = rng.integers(0, 256, size=(H, W, 4), dtype=np.uint8)
         rgba[..., 3] = 255
-        rgba[24:72, 32:96, 3] = 0  # transparent = repaint (LoadImage mask = 1 - alpha)
+        rgba[H // 4:3 * H // 4, W // 4:3 * W // 4, 3] = 0  # transparent = repaint (LoadImage mask = 1 - alpha)
         Image.fromarray(rgba, "RGBA").save(server.input_dir / IMAGE)
         Image.fromarray(rng.integers(0, 256, size=(RH, RW, 3), dtype=np.uint8), "RGB").save(server.input_dir / REFERENCE)
 
@@ -173,7 +175,8 @@ def test_comfyui_flux2_vae_gives_fillscope_klein_conditions_and_decode(server, i
             if key in fs:
                 figures[f"{kind} {key}"] = max_diff(nat[key], fs[key])
     inpaint = condition(server, "inpaint_vfs")
-    # the source's tokens [1, 6*8, 128] and the reference's [1, 4*5, 128]; the source latents [1,128,6,8]
+    # the source's tokens [1, (H/16)*(W/16), 128] and the reference's [1, (RH/16)*(RW/16), 128]; the source latents
+    # [1, 128, H/16, W/16]
     assert list(inpaint["references"].shape) == [1, (H // 16) * (W // 16) + (RH // 16) * (RW // 16), 128]
     assert list(inpaint["source"].shape) == [1, 128, H // 16, W // 16]
     assert float(inpaint["source"].abs().max()) > 0.5  # real values, not a blank

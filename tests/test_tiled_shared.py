@@ -12,7 +12,7 @@ import time
 import pytest
 import torch
 from tiny_flux import build_tiny_flux_fill_folder
-from tiny_models import comfy_tokenizer_dirs
+from tiny_models import comfy_tokenizer_dirs, outside_is_source
 
 from fillscope import bounds, masks
 from fillscope.compositing.tiles import ciede2000, seam_bands
@@ -163,7 +163,10 @@ def meta_stack():
     return flux_fill.load_stack("meta", tokenizer_folders=comfy_tokenizer_dirs())
 
 
-@pytest.mark.parametrize("height, width", [(2048, 2048), (4096, 6144)])
+# 6144x4096 only: a 2048x2048 case ran the same code with the same assertions (on meta only shapes are checked) at 8
+# windows x 2 steps against this one's 5 x 2; what it alone had, windows overlapping by half a tile, is covered with
+# values by the tiny runs above (64 px windows every 32 / 48 px); and a square image cannot show a swapped H and W
+@pytest.mark.parametrize("height, width", [(4096, 6144)])
 def test_flux_fill_meta_shared_runs_every_window_at_4096_tokens_and_gives_the_full_size(meta_stack, height, width):
     image = torch.rand(1, height, width, 3)
     mask = torch.zeros(1, height, width)
@@ -184,5 +187,4 @@ def test_flux_fill_meta_shared_runs_every_window_at_4096_tokens_and_gives_the_fu
     assert all(s == [1, 4096, 384] for s in shapes)  # one 1024x1024 window's tokens, never the whole grid's
     assert all(r["transformer_input"] == [1, 4096, 384] and r["calls"] == 2 for r in done.records)
     assert list(done.image.shape) == [1, height, width, 3]
-    outside = mask[0] == 0
-    assert torch.equal(done.image[0][outside], image[0][outside])
+    assert outside_is_source(done.image, image, mask)
