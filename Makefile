@@ -17,9 +17,9 @@ setup:
 test: setup
 	$(PYTEST) --durations=40 $(PYTEST_ARGS)
 
-# the edit loop: the engine's tests and the server smoke test (docs/tests.md)
+# the edit loop: the engine's tests and the server smoke test, less the slow ones (tests/suite_plan.py, docs/tests.md)
 test-fast: setup
-	$(PYTEST) -m "engine or smoke" $(PYTEST_ARGS)
+	$(PYTEST) -m "(engine or smoke) and not slow" $(PYTEST_ARGS)
 
 demo: setup
 	@PORT=$(PORT) bash scripts/demo.sh

@@ -5,7 +5,8 @@
 Prints the time per kind (engine / server / browser / ray: tests/suite_plan.py writes each test's kind as a JUnit
 property; "?" for a file written without it), the slowest modules and the slowest N tests. --write stores the per-module seconds in tests/data/test_durations.json, which
 tests/suite_plan.py reads to hand the longest modules out first. The times are JUnit's per test: setup + call +
-teardown, so a module's server or browser start-up is in its first test's time.
+teardown, so a module's server or browser start-up is in its first test's time. --write also lists the tests that
+took SLOW_SECONDS or more ("slow_tests"): tests/suite_plan.py marks them `slow`, which `make test-fast` leaves out.
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "tests" / "data" / "test_durations.json"
+# a test this slow (setup + call + teardown) is left out of `make test-fast` (the edit loop's budget: 3 minutes on
+# two cores for the engine's tests and the server smoke test); `make test` runs it
+SLOW_SECONDS = 2.0
 
 
 def read(junit: Path) -> list[tuple[str, str, float, str]]:
@@ -61,8 +65,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {seconds:8.1f} s  {module}::{name}")
     if args.write:
         OUT.parent.mkdir(parents=True, exist_ok=True)
+        slow = sorted(f"{module}::{name}" for module, name, seconds, _ in cases if seconds >= SLOW_SECONDS)
         OUT.write_text(json.dumps({"source": "scripts/test_durations.py (JUnit XML of a full run)",
-                                   "modules": {m: round(s, 1) for m, s in sorted(modules.items())}},
+                                   "modules": {m: round(s, 1) for m, s in sorted(modules.items())},
+                                   "slow_seconds": SLOW_SECONDS, "slow_tests": slow},
                                   indent=1) + "\n")
         print(f"\nwrote {OUT.relative_to(REPO)}")
     return 0

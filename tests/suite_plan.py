@@ -13,6 +13,9 @@ node ids, so the marks are ignored: measured here). Units are handed out longest
 two machines): their cost is the time the last measured run gave each module (tests/data/test_durations.json, written
 by `python scripts/test_durations.py JUNIT_XML`); a module not in it counts as DEFAULT_SECONDS. Within a module the
 order is the file's.
+
+Slow: the tests the last measured run found slow (test_durations.json's "slow_tests") are marked `slow` besides any
+`@pytest.mark.slow` in the code; `make test-fast` runs `-m "(engine or smoke) and not slow"`, `make test` everything.
 """
 
 from __future__ import annotations
@@ -45,16 +48,32 @@ def kind_of(item) -> str:
     return "engine"
 
 
-def module_seconds() -> dict[str, float]:
+def measured() -> dict:
     try:
-        return {k: float(v) for k, v in json.loads(DURATIONS.read_text())["modules"].items()}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        data = json.loads(DURATIONS.read_text())
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
         return {}
 
 
+def module_seconds(data: dict) -> dict[str, float]:
+    try:
+        return {k: float(v) for k, v in data["modules"].items()}
+    except (KeyError, TypeError, AttributeError, ValueError):
+        return {}
+
+
+def slow_tests(data: dict) -> frozenset:
+    """"module.py::test name" of the tests the last measured run found slow (scripts/test_durations.py SLOW_SECONDS)."""
+    tests = data.get("slow_tests")
+    return frozenset(t for t in tests if isinstance(t, str)) if isinstance(tests, list) else frozenset()
+
+
 def plan(items: list) -> None:
-    """Mark each item with its kind, and order the modules longest first (in place)."""
-    seconds = module_seconds()
+    """Mark each item with its kind (and `slow` where the last measured run found it slow), and order the modules
+    longest first (in place)."""
+    data = measured()
+    seconds, slow = module_seconds(data), slow_tests(data)
     order: dict[str, int] = {}
     for item in items:
         module = Path(str(item.fspath)).name
@@ -62,5 +81,7 @@ def plan(items: list) -> None:
         kind = kind_of(item)
         item.add_marker(getattr(pytest.mark, kind))
         item.user_properties.append(("kind", kind))  # in --junitxml: scripts/test_durations.py sums by kind
+        if f"{module}::{item.name}" in slow and not item.get_closest_marker("smoke"):
+            item.add_marker(pytest.mark.slow)  # left out of make test-fast
     rank = {m: (-seconds.get(m, DEFAULT_SECONDS), i) for m, i in order.items()}
     items.sort(key=lambda item: rank[Path(str(item.fspath)).name])  # stable: a module's own order is kept
