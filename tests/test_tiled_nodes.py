@@ -16,7 +16,7 @@ import time
 import numpy as np
 import pytest
 from PIL import Image
-from workflow_helpers import api_node, load_api, sd3_inpaint_prompt
+from workflow_helpers import api_node, load_api, sd3_inpaint_prompt, with_dtype
 
 from comfy_server import ComfyExecutionError, ComfyPromptError
 
@@ -55,10 +55,7 @@ def loaders(family: str) -> dict:
     """The family's loader nodes of its shipped inpaint workflow, in fp32 (the tiny models' own dtype)."""
     prompt = {"flux": lambda: load_api("flux_fill_inpaint"), "sd3": sd3_inpaint_prompt,
               "klein": lambda: load_api("klein_inpaint")}[family]()
-    out = {k: v for k, v in prompt.items() if v["class_type"].startswith("FillScopeLoad")}
-    for v in out.values():
-        v["inputs"]["dtype"] = "fp32"
-    return out
+    return {k: v for k, v in with_dtype(prompt, "fp32").items() if v["class_type"].startswith("FillScopeLoad")}
 
 
 def tiled_graph(info, family: str, *, mask: bool = True, prefix: str = "tiled", **inputs) -> dict:

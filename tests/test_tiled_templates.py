@@ -22,7 +22,7 @@ import sys
 import numpy as np
 import pytest
 from PIL import Image
-from workflow_helpers import WORKFLOWS, image_saver, load_api, node_id, with_synthetic_image
+from workflow_helpers import WORKFLOWS, image_saver, load_api, node_id, with_dtype, with_synthetic_image
 
 from fillscope.compositing.tiles import plan_tiles
 from fillscope.masks import synthetic_image_and_mask
@@ -115,9 +115,7 @@ def test_real_weight_tiled_template_runs_on_the_tiny_stand_ins(served_models, na
     tiled = prompt[tiled_id]["inputs"]
     masked = "mask" in tiled
     tiled.update(tile=TINY_TILE, steps=2)
-    for k, v in prompt.items():
-        if v["class_type"].startswith("FillScopeLoad"):
-            v["inputs"]["dtype"] = "fp32"  # the tiny models' own dtype
+    with_dtype(prompt, "fp32")  # the tiny models' own dtype
     entry = served_models.run(prompt, timeout=600)
     out = saved(served_models, entry, prompt)
     source, mask = synthetic_image_and_mask(width, height, mask_fraction)
