@@ -123,7 +123,10 @@ def test_free_releases_fillscope_models(server, fat_folder):
     assert grew > 0.75 * FAT_MIB, f"the fat T5 ({FAT_MIB:.0f} MiB bf16) did not show in RSS: {before} -> {loaded}"
     # the embedding's 62.75 MiB is one allocation, so one mapping of its own (measured 68.75 MiB with what the
     # kernel merged beside it, 2026-12-07)
-    embedding = {a: mib for a, mib in large_anonymous_mappings(server, FAT_MIB).items() if a not in maps_before}
+    # (another new mapping of that size or more, an allocator arena or a transient buffer, is not the model's: CI
+    # saw one stay after /free beside the embedding's, which went)
+    embedding = {a: mib for a, mib in large_anonymous_mappings(server, FAT_MIB).items()
+                 if a not in maps_before and mib < FAT_MIB + 8}
     assert embedding, f"no new anonymous mapping of {FAT_MIB:.2f} MiB or more holds the fat T5's embedding"
 
     # "Unload models" alone: ComfyUI's model manager does not know FillScope's models; they stay cached
