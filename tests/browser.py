@@ -36,8 +36,10 @@ helper reads both:
 
 from __future__ import annotations
 
+import base64
 import json
 import os
+import re
 import time
 import urllib.parse
 import urllib.request
@@ -92,6 +94,17 @@ VUE_NODES = "Comfy.VueNodes.Enabled"  # the setting behind "Modern Node Design (
 # The app's dialogs, on both frontends: PrimeVue's `.p-dialog` (1.32.9), reka-ui's role=dialog / alertdialog
 # (1.58.1), and 1.58.1's issues card, which lists missing nodes and models where 1.32.9 opened a dialog.
 DIALOG_SELECTOR = ".p-dialog, [role=dialog], [role=alertdialog], [data-testid='error-overlay']"
+
+
+# ComfyUI's own templates' thumbnails (frontend: getTemplateThumbnailUrl, `/templates/<name>-<n>.<mediaSubtype>`;
+# a custom pack's are /api/workflow_templates/<pack>/<name>.jpg and never match):
+# ComfyPage.stub_core_template_thumbnails
+CORE_TEMPLATE_THUMBNAILS = re.compile(r"^[^?#]*/templates/[^/?#]+\.webp([?#].*)?$")
+TINY_WEBP = base64.b64decode("UklGRh4AAABXRUJQVlA4TBEAAAAvAAAAAAdQwAIWsP+BiOh/AAA=")  # 1x1 grey, lossless
+
+
+def _tiny_webp(route) -> None:
+    route.fulfill(status=200, content_type="image/webp", body=TINY_WEBP)
 
 
 def sidebar_tab_button(tab_id: str) -> str:
@@ -524,6 +537,23 @@ class ComfyPage:
                  c.setDirty(true, true); return c.ds.scale; }""", scale)
         self.page.wait_for_timeout(300)
         return now
+
+    def stub_core_template_thumbnails(self, on: bool = True) -> None:
+        """Answer ComfyUI's own templates' thumbnails with a 1x1 WebP, in this page's context only (`on=False`: from
+        the server again).
+
+        The template browser opens on All Templates every time (24 cards a page, ComfyUI 0.3.75's
+        comfyui-workflow-templates packages: 186 templates, 80 of their thumbnails over 500 kB, many animated, the
+        compare-slider and dissolve cards two each), and each open fetches, decodes and animates them: seconds per
+        open on a loaded machine, in a module that opens it once per card. Only those are answered here, by path
+        (/templates/<name>-<n>.webp, CORE_TEMPLATE_THUMBNAILS): the template list (/templates/index*.json), the
+        templates' JSON and a custom node pack's cards and pictures (/api/workflow_templates/<pack>/...) still come
+        from the server. Playwright serves no routed context from the HTTP cache: call it only where the page is
+        not reloaded, or a reload fetches every script again; or around the template browser only."""
+        if on:
+            self.context.route(CORE_TEMPLATE_THUMBNAILS, _tiny_webp)
+        else:
+            self.context.unroute(CORE_TEMPLATE_THUMBNAILS, _tiny_webp)
 
     def screenshot(self, path: str | os.PathLike) -> Path:
         path = Path(path)

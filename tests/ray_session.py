@@ -34,3 +34,12 @@ def disconnect() -> None:
     ray = sys.modules.get("ray")
     if ray is not None and ray.is_initialized():
         ray.shutdown()
+
+
+def process_running(pid: int) -> bool:
+    """Whether process `pid` runs (a zombie has exited): how a test sees a Ray worker or actor gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False

@@ -186,11 +186,27 @@ def large_anonymous_mappings(server, min_mib: float) -> dict:
     return out
 
 
-def free_when_idle(server, **flags) -> None:
-    """POST /free while the worker is idle, and give it a moment to apply it. The worker applies /free's flags when
-    the POST wakes it (or after its next prompt); the wake-up is lost when /free lands while the worker is still
-    finishing the previous prompt (history already written, gc.collect running: ComfyUI 0.3.75
-    main.prompt_worker), and the flags then wait for the next prompt, which would run from the old cache."""
-    time.sleep(2.0)
-    server.free(**flags)
-    time.sleep(1.0)
+def free_when_idle(server, unload_models: bool = True, free_memory: bool = True) -> None:
+    """POST /free and return once the worker has applied it. The worker applies /free's flags after the prompt it is
+    running, or at once when the POST wakes it while idle; the wake-up is lost when /free lands while the worker is
+    still finishing the previous prompt (history already written, gc.collect running: ComfyUI 0.3.75
+    main.prompt_worker), and the flags then wait for the next prompt and are applied, with their gc.collect, right
+    after it.
+
+    With free_memory (the node cache dropped): two core-node prompts (liveness_prompt, colours no earlier call used)
+    run to the end after the POST; once the second has finished, the flags were applied (with their gc.collect) before
+    it started, in every case above, and a prompt queued now runs on what /free left. (This slept 2 s before the POST
+    and 1 s after it: a wait on no condition.)
+
+    unload_models alone keeps the node cache, and any prompt run between would evict the cached outputs of the
+    nodes it does not hold (ComfyUI's classic cache keeps the last prompt's nodes only): then the worker is left idle
+    2 s before the POST and 1 s after it, as before."""
+    if not free_memory:
+        time.sleep(2.0)
+        server.free(unload_models=unload_models, free_memory=False)
+        time.sleep(1.0)
+        return
+    server.free(unload_models=unload_models, free_memory=True)
+    for _ in range(2):
+        entry = server.run(liveness_prompt(next(_colours) % 0x1000000), timeout=120)
+        assert entry["status"]["status_str"] == "success", entry["status"]

@@ -8,7 +8,9 @@ on tiny fp32 FLUX Fill models and a 448x256 image that 256 px tiles cut into two
   (torch.equal) and its records;
 - on a local Ray cluster with 2 CPU workers the job's tiles run on both workers and the driver's blend gives the
   in-process job's PNG and shape record; a tile that fails fails its job alone; a task past task_timeout_s has its
-  worker killed and its job failed, and the batch still ends.
+  worker killed and its job failed, and the batch still ends;
+- workers kept after a batch (run_batch_on_ray's keep_workers_s) are stopped when their idle limit passes, and a
+  worker killed as hung is never kept (fillscope/batch/cluster.py: kept workers).
 
 Ray writes under HOME, RAY_TMPDIR and TMPDIR: the Ray tests point all three at a short temporary folder
 (conftest.ray_tmp_env) and give them back afterwards.
@@ -26,6 +28,7 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
+from ray_session import process_running
 from tiny_flux import build_tiny_flux_fill_folder
 from tiny_models import tokenizers_available
 
@@ -232,12 +235,21 @@ def ray_cluster(ray_tmp_env):
 
 
 def test_on_ray_the_tiles_spread_over_two_workers_and_equal_the_local_run(ray_cluster, in_process, tmp_path):
-    from fillscope.batch.cluster import run_batch_on_ray
+    """The tiled job's two tiles run on both workers and the driver's blend gives the local run's PNG and records;
+    the job whose models are missing fails alone; and the workers, kept for a next batch that never comes
+    (keep_workers_s, on this module's connection), are stopped when their idle limit has passed."""
+    from fillscope.batch.cluster import kept_worker_pids, run_batch_on_ray
 
-    started = time.perf_counter()
+    started, pids = time.perf_counter(), []
     summary = run_batch_on_ray(read_manifest(in_process["manifest"]), tmp_path, workers=2, device="cpu",
-                               progress=False, task_timeout_s=300)
+                               progress=False, task_timeout_s=300, keep_workers_s=5.0,
+                               started=lambda batch: pids.extend(batch.pids[id(w)] for w in batch.workers))
     seconds = time.perf_counter() - started
+    assert len(pids) == 2 and kept_worker_pids() == pids, (pids, kept_worker_pids())  # kept, idle
+    deadline = time.monotonic() + 120  # the 5 s idle limit, then Ray stopping the processes
+    while (kept_worker_pids() or any(map(process_running, pids))) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert kept_worker_pids() == [] and not any(map(process_running, pids)), (kept_worker_pids(), pids)
     assert (summary["ok"], summary["error"]) == (2, 1), summary
     local = in_process["out"]
     for job_id in ("tiled", "plain"):
@@ -259,10 +271,14 @@ def test_on_ray_the_tiles_spread_over_two_workers_and_equal_the_local_run(ray_cl
 def test_a_task_past_its_timeout_fails_its_job_and_the_batch_ends(ray_cluster, in_process, tmp_path):
     from fillscope.batch.cluster import run_batch_on_ray
 
+    from fillscope.batch.cluster import kept_worker_pids
+
     jobs = [j for j in read_manifest(in_process["manifest"]) if j.id == "tiled"]
     started = time.perf_counter()
-    summary = run_batch_on_ray(jobs, tmp_path, workers=1, device="cpu", progress=False, task_timeout_s=0.5)
+    summary = run_batch_on_ray(jobs, tmp_path, workers=1, device="cpu", progress=False, task_timeout_s=0.5,
+                               keep_workers_s=600)
     seconds = time.perf_counter() - started
+    assert kept_worker_pids() == []  # a worker killed as hung (restarted by Ray) is never kept, keep_workers_s or not
     assert (summary["ok"], summary["error"]) == (0, 1), summary
     assert "task timeout (0.5 s)" in summary["results"][0]["error"], summary
     assert not (tmp_path / "tiled.png").exists()

@@ -6,7 +6,9 @@ canvas of its own inside them):
 
 - the page runs the reported frontend version, with the pack's extension and every FillScope node registered;
 - every template loads with every node type known, no missing-nodes or missing-models dialog (1.58.1: no issues card),
-  the file's widget values, groups and node count, and no error; the pack's template browser lists one card each;
+  the file's widget values, groups and node count, and no error; the pack's template browser lists one card each
+  (once per frontend, TEMPLATE_BROWSER_COMBOS: the same dialog in either renderer; ComfyUI's own cards' thumbnails
+  answered with a 1x1 picture, browser.ComfyPage.stub_core_template_thumbnails);
 - a FillScope graph (flux_fill_meta_trace) queues from the canvas and runs; each FillScope node's face shows its key
   shape (drawn: fillText watched on the litegraph canvas, the face's own canvas in Nodes 2.0), and a click on the face
   opens the node's table;
@@ -17,7 +19,13 @@ the marker is dropped with the fix): the viewer's wider panel on 1.58.1, a Nodes
 
 One server per frontend (the session's for 1.32.9; a second one on the same model folders for 1.58.1) and one page
 per frontend: loaded with the litegraph canvas, then switched to Nodes 2.0 on the page (the setting, live, as a user
-does); each renderer runs the graph itself. Needs playwright and a system chromium (skipped without them outside CI,
+does). The graph runs once per frontend, on the litegraph canvas (a full-size FLUX Fill forward on meta weights:
+seconds of meta kernels, which renderer queued it is not the point); Nodes 2.0 then loads the workflow anew, and its
+faces are the ones web/fillscope.js restores from that run's /history entry (source "restored", shown after the nodes
+were mounted: the same show() and triggerDraw a live run takes), checked as the litegraph ones are (the key shape,
+drawn in the face's own canvas, a click opens the table); that its Queue would send the same prompt is checked as
+app.graphToPrompt() equal to the prompt in /history. (Before 2026-12-07 each renderer ran the graph itself: two
+more meta runs.) Needs playwright and a system chromium (skipped without them outside CI,
 a failure in CI); the newest frontend missing (`make setup` could not download it) skips its cases outside CI and
 fails them in CI.
 """
@@ -77,10 +85,12 @@ class Frontend:
     version: str
     nodes2: bool
     server: object
-    run: tuple | None = None  # (prompt id, /history entry) of the page's run of RUN_WORKFLOW
+    run: tuple | None = None  # (prompt id, /history entry) of the frontend's run of RUN_WORKFLOW (_ensure_run)
+    faces_from: str = "run"  # the faces' source: "run" (this renderer queued it), "restored" (from that /history entry)
 
 
 _PAGES: dict = {}  # which -> ComfyPage: one page per frontend (see fe)
+_RUNS: dict = {}  # which -> (prompt id, /history entry): the run of RUN_WORKFLOW on that frontend's page (_ensure_run)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -90,6 +100,7 @@ def _pages():
     for cp in _PAGES.values():
         cp.close()
     _PAGES.clear()
+    _RUNS.clear()
 
 
 def _report_ignored(cp: ComfyPage, label: str) -> None:
@@ -105,8 +116,8 @@ def fe(request):
     """A page for one frontend and renderer, pinned first (the newest frontend's server, one for the session, starts
     with its first case). One page per frontend: its first renderer is the setting it loads with, the second is
     switched on the page as a user does (Settings > Lite Graph > Modern Node Design: Comfy.VueNodes.Enabled, live),
-    its graph cleared. History emptied: the viewer and the faces restore from /history, these tests start from
-    none."""
+    its graph cleared. History emptied when a frontend's page starts: the viewer and the faces restore from /history,
+    its first renderer starts from none; the second one keeps the first one's run there (_ensure_run)."""
     which, mode = request.param
     require_browser("browser tests on both frontends")
     if which == "pinned":
@@ -115,11 +126,13 @@ def fe(request):
         server, version = request.getfixturevalue("newest_frontend_server"), NEWEST_FRONTEND
     for other in [k for k in _PAGES if k != which]:  # the other frontend is done with
         _PAGES.pop(other).close()
-    http_json(server.url + "/history", {"clear": True})
+        _RUNS.pop(other, None)
     nodes2 = mode == "nodes2"
     t0 = time.monotonic()
     cp = _PAGES.get(which)
     if cp is None:
+        http_json(server.url + "/history", {"clear": True})
+        _RUNS.pop(which, None)
         settings = {VUE_NODES: nodes2, "Comfy.Window.UnloadConfirmation": False}
         cp = _PAGES[which] = ComfyPage(server.url, viewport=(1600, 1000), settings=settings).start()
         print(f"\n[frontends] {version} {mode}: page ready in {time.monotonic() - t0:.1f}s")
@@ -147,17 +160,27 @@ def _shot(fe: Frontend, name: str) -> None:
 
 
 def _ensure_run(fe: Frontend) -> tuple[str, dict]:
-    """flux_fill_meta_trace on the canvas, queued with the canvas' Queue and run (once per page)."""
+    """flux_fill_meta_trace on the canvas, queued with the canvas' Queue and run: once per frontend, on its page's first
+    renderer. The second renderer loads the workflow anew and shows the faces web/fillscope.js restores from that
+    run's /history entry (afterConfigureGraph: restoreGraph), drawn by this renderer; and the canvas' Queue here would
+    send the very prompt that ran (app.graphToPrompt, compared with the one in /history)."""
     if fe.run:
         return fe.run
     cp = fe.cp
-    cp.load_workflow(json.loads((EXAMPLES / f"{RUN_WORKFLOW}.json").read_text()), settle_ms=0)  # no dialog checked
+    wf = json.loads((EXAMPLES / f"{RUN_WORKFLOW}.json").read_text())
+    cp.load_workflow(wf, settle_ms=0)  # no dialog checked
+    if fe.which in _RUNS:
+        pid, entry = _RUNS[fe.which]
+        queued = cp.page.evaluate("async () => (await window.app.graphToPrompt()).output")
+        assert queued == entry["prompt"][2], "this renderer would queue another prompt than the one that ran"
+        fe.run, fe.faces_from = (pid, entry), "restored"
+        return fe.run
     cp.free_cache()  # the server may have run this very prompt for another page: every node runs again
     pid = cp.queue()
     entry = cp.wait_history(pid, timeout=120)
     assert cp.wait_executed(pid) == "success"
     assert entry["status"]["status_str"] == "success"
-    fe.run = (pid, entry)
+    fe.run = _RUNS[fe.which] = (pid, entry)
     return fe.run
 
 
@@ -194,9 +217,17 @@ def test_the_frontend_runs_with_the_packs_extension_and_nodes(fe):
     _assert_no_errors(cp)
 
 
+# Where the template browser is opened (once per frontend: the dialog and its cards are the same in either renderer,
+# and a card's click is an app.loadGraphData of the template, which every template gets in each renderer here): the
+# pinned frontend in Nodes 2.0 (test_browser_templates.py opens it on the litegraph canvas for every card), the newest
+# on the litegraph canvas.
+TEMPLATE_BROWSER_COMBOS = (("pinned", "nodes2"), ("newest", "litegraph"))
+
+
 def test_every_template_loads_complete(fe):
     """Each template as its card loads it (app.loadGraphData): every node type known, no dialog or issues card, the
-    file's nodes, widget values and groups; and the pack's template browser lists one card per template."""
+    file's nodes, widget values and groups; and the pack's template browser lists one card per template, and a card's
+    click loads its template (TEMPLATE_BROWSER_COMBOS: once per frontend)."""
     cp = fe.cp
     t0 = time.monotonic()
     # the pinned frontend's litegraph canvas: test_browser_templates.py loads every template from its card with these
@@ -214,8 +245,15 @@ def test_every_template_loads_complete(fe):
         assert [g["title"] for g in saved["groups"]] == [g["title"] for g in ui["groups"]], name
         assert not cp.errors(), (name, cp.errors())
     load_s = time.monotonic() - t0
+    mode = "nodes2" if fe.nodes2 else "litegraph"
+    if (fe.which, mode) not in TEMPLATE_BROWSER_COMBOS:
+        print(f"\n[frontends] {fe.version} {mode}: {len(loaded)} templates loaded in {load_s:.1f}s (the template"
+              f" browser: on {[m for w, m in TEMPLATE_BROWSER_COMBOS if w == fe.which][0]})")
+        return
 
-    # the template browser: the pack's category lists one card per template; a click loads it (and closes the browser)
+    # the template browser: the pack's category lists one card per template; a click loads it (and closes the browser).
+    # ComfyUI's own cards (All Templates, where it opens) get a 1x1 picture: their thumbnails are not what is tested
+    cp.stub_core_template_thumbnails()
     cp.page.evaluate("() => window.app.graph.clear()")
     cp.page.evaluate("async () => await window.app.extensionManager.command.execute('Comfy.BrowseTemplates')")
     cp.page.locator("[role=dialog] nav [role=button]", has_text=PACK).click()
@@ -227,6 +265,7 @@ def test_every_template_loads_complete(fe):
     cp.page.locator(f"[data-testid='template-workflow-{RUN_WORKFLOW}']").click()
     cp.page.wait_for_function("(n) => window.app.graph.nodes.length === n", arg=len(ui["nodes"]), timeout=30_000)
     cp.page.wait_for_function("(sel) => !document.querySelector(sel)", arg=cards, timeout=30_000)
+    cp.stub_core_template_thumbnails(on=False)  # (a routed context is served from no HTTP cache)
     cp.page.wait_for_timeout(500)
     assert cp.missing_node_types() == [] and cp.open_dialogs() == []
     _shot(fe, "template")
@@ -295,7 +334,7 @@ def test_a_fillscope_graph_runs_from_the_canvas_and_its_faces_show_the_shapes(fe
     ids = [n["id"] for n in wf["nodes"] if n["type"].startswith("FillScope")]
     cp.page.wait_for_function("(ids) => ids.every(id => window.FillScope.tableOf(id))", arg=ids)
     faces = {i: cp.page.evaluate(FACE_JS, i) for i in ids}
-    assert all(f and f["value"] and f["source"] == "run" for f in faces.values()), faces
+    assert all(f and f["value"] and f["source"] == fe.faces_from for f in faces.values()), faces
     assert faces[FILL_CONDITION]["value"].startswith("fill_condition [1, 4096, 320] bf16"), faces[FILL_CONDITION]
     assert faces[SHAPES_REPORT]["value"].startswith("12/12 boundaries observed"), faces[SHAPES_REPORT]
     report = entry["outputs"][str(SHAPES_REPORT)]["fillscope_report"][0]
@@ -320,7 +359,8 @@ def test_a_fillscope_graph_runs_from_the_canvas_and_its_faces_show_the_shapes(fe
     cp.page.click(".fillscope-table-dialog .fst-close")
     cp.page.wait_for_selector(".fillscope-table-dialog", state="detached")
     _assert_no_errors(cp)
-    print(f"\n[frontends] {fe.version} {'nodes2' if fe.nodes2 else 'litegraph'}: canvas run {run_s:.1f}s")
+    print(f"\n[frontends] {fe.version} {'nodes2' if fe.nodes2 else 'litegraph'}: canvas run {run_s:.1f}s"
+          f" (faces: {fe.faces_from})")
 
 
 def _panel_share(cp: ComfyPage) -> float:

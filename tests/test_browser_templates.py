@@ -15,12 +15,21 @@ still holds: the layout (api_workflows/graphs.py) reserves the room.
 
 Needs playwright and a system chromium, like test_browser_canvas.py (skipped without them outside CI, a failure in CI).
 On the pinned frontend; test_browser_frontends.py loads every template on the newest frontend and in Nodes 2.0 too.
+
+Time: the template browser opens once per clicked card (a card's click closes it: it cannot be reused; seven cards
+are clicked, the other templates load as a click loads them, CLICKED_CARDS), on All Templates,
+ComfyUI's own 186 templates; their thumbnails (80 of them over 500 kB, many animated) are answered with a 1x1 picture
+on this module's pages (browser.ComfyPage.stub_core_template_thumbnails): the pack's cards and pictures, which are
+what is tested, still come from the server. No fixed pauses: a card's load is over when app.loadGraphData returned
+(COUNT_LOADS_JS), fit view when its animation's last frame is drawn (FIT_VIEW_JS), the Missing Models dialog when it
+lists as many entries as the workflow declares.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -57,6 +66,8 @@ def page(request):
     require_browser("browser template tests")
     server = request.getfixturevalue("served_models")
     with ComfyPage(server.url, viewport=(1600, 1000), settings={"Comfy.Window.UnloadConfirmation": False}) as cp:
+        cp.stub_core_template_thumbnails()  # ComfyUI's own cards' pictures: not what is tested (module docstring)
+        cp.page.evaluate(COUNT_LOADS_JS)
         yield cp
     print("\nfit-view scale at 1600x1000 (ComfyUI's own FLUX.1 Fill inpaint template: 0.51)")
     for name, scale in sorted(FIT_SCALES.items()):
@@ -72,10 +83,27 @@ GEOMETRY_JS = """() => {
 }"""
 
 
+# JS: ComfyUI's fit view (command Comfy.Canvas.FitView: LGraphCanvas.fitViewToSelectionAnimated, DragAndScale's
+# animateToBounds: one step a frame, for 350 ms of page time), awaited to its end: until 350 ms have passed since the
+# command and a frame went by that left the view as it was (the animation's last frame sets the final view).
+FIT_VIEW_JS = """async () => {
+  const ds = window.app.canvas.ds, view = () => [ds.scale, ds.offset[0], ds.offset[1]].join(' ');
+  const t0 = performance.now();
+  await window.app.extensionManager.command.execute('Comfy.Canvas.FitView');
+  let last = view();
+  for (;;) {
+    await new Promise(r => requestAnimationFrame(r));
+    const now = view();
+    if (now === last && performance.now() - t0 > 400) break;
+    last = now;
+  }
+  window.app.canvas.draw(true, true);  // a frame at the final view (the nodes' bounds as drawn)
+}"""
+
+
 def fit_view(cp: ComfyPage) -> dict:
     """ComfyUI's own fit view (the '.' key's command), after its 350 ms animation; the geometry then."""
-    cp.page.evaluate("async () => { await window.app.extensionManager.command.execute('Comfy.Canvas.FitView'); }")
-    cp.page.wait_for_timeout(800)
+    cp.page.evaluate(FIT_VIEW_JS)
     return cp.page.evaluate(GEOMETRY_JS)
 
 
@@ -120,23 +148,33 @@ def open_pack_templates(cp: ComfyPage) -> None:
     cp.page.wait_for_function(f"() => document.querySelectorAll('.p-dialog [data-testid^=\"template-workflow-\"]').length >= {len(NAMES)}")
 
 
+# JS: count the app.loadGraphData calls that have returned (window.__fsLoads; installed once on the page). A card's
+# click closes the template browser and then loads the template (frontend 1.32.9's loadWorkflowTemplate: closeDialog(),
+# then loadGraphData), which asks for a missing-nodes or missing-models dialog at its end: the load is over when the
+# count went up, whatever the machine's load (a node count is reached earlier, while loadGraphData still runs).
+COUNT_LOADS_JS = """() => { if (window.__fsLoads !== undefined) return;
+  window.__fsLoads = 0;
+  const app = window.app, load = app.loadGraphData;
+  app.loadGraphData = async function (...args) {
+    try { return await load.apply(this, args); } finally { window.__fsLoads++; } }; }"""
+
+
 def load_template(cp: ComfyPage, name: str, n_nodes: int, attempts: int = 3) -> None:
     """Open the pack's templates and click `name`'s card until its graph is on the canvas: on a loaded machine a
     click can land while the card list is still re-rendering (its thumbnails arrive), and nothing loads, or another
-    card's template does. Either is seen at once (the browser closed on another graph, or still open after 10 s) and
-    clicked again; a template that never loads still fails, after `attempts` clicks."""
+    card's template does. Either is seen at once (a graph of another size loaded, or nothing after 10 s) and
+    clicked again; a template that never loads still fails, after `attempts` clicks. Returns when app.loadGraphData
+    has returned (COUNT_LOADS_JS)."""
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
     for attempt in range(attempts):
         cp.page.evaluate("() => window.app.graph.clear()")
         open_pack_templates(cp)
+        before = cp.page.evaluate("() => window.__fsLoads")
         cp.page.locator(f'[data-testid="template-workflow-{name}"]').click()
         try:
-            cp.page.wait_for_function(
-                """(n) => { const count = window.app.graph.nodes.length;
-                     return count === n || (count > 0 && !document.querySelector(
-                         '.p-dialog [data-testid^="template-workflow-"]')); }""",
-                arg=n_nodes, timeout=(30_000 if attempt == attempts - 1 else 10_000))
+            cp.page.wait_for_function("(before) => window.__fsLoads > before", arg=before,
+                                      timeout=(30_000 if attempt == attempts - 1 else 10_000))
         except PlaywrightTimeout:
             if attempt == attempts - 1:
                 raise
@@ -147,6 +185,55 @@ def load_template(cp: ComfyPage, name: str, n_nodes: int, attempts: int = 3) -> 
             return
         print(f"[templates] {name}: a graph of {loaded} nodes loaded, not its {n_nodes}: clicking again")
     raise AssertionError(f"the card of {name} did not load it ({attempts} clicks)")
+
+
+# The cards the parametrized test clicks; it loads every other template as its card does (open_like_its_card): the
+# click itself is what these and the bare server's four (test_a_real_weight_template_lists_...: flux_fill_inpaint,
+# klein_inpaint, native_flux_fill_mixed, native_sd3_inspect) show, seven cards of three families, meta and native.
+CLICKED_CARDS = ("sd3_controlnet_inpaint", "klein_tiled_edit", "flux_fill_meta_trace")
+
+# JS: what a card's click does after it closed the template browser (frontend 1.32.9's loadWorkflowTemplate for a
+# custom node's module): the template's JSON from /api/workflow_templates/<module>/<name>.json, then
+# app.loadGraphData(json, true, true, name, {openSource: 'template'}).
+LOAD_LIKE_CARD_JS = """async ([module, name]) => {
+  const response = await fetch(`/api/workflow_templates/${module}/${name}.json`);
+  if (!response.ok) throw new Error(`${name}: ${response.status}`);
+  await window.app.loadGraphData(await response.json(), true, true, name, {openSource: 'template'}); }"""
+
+
+CARDS_SHOWN_JS = "() => !!document.querySelector('.p-dialog [data-testid^=\"template-workflow-\"]')"
+
+
+def close_template_browser(cp: ComfyPage) -> None:
+    """The template browser closed, if it is open: its own close button (a layout dialog: Escape does not close it on
+    1.32.9), else the dialog store's closeDialog for its key, as the card's click does."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    for _ in range(3):
+        if not cp.page.evaluate(CARDS_SHOWN_JS):
+            return
+        cp.page.evaluate("""() => {
+          const dialog = [...document.querySelectorAll('.p-dialog')].find(d =>
+              d.querySelector('[data-testid^="template-workflow-"]'));
+          const close = dialog && dialog.querySelector(
+              '.p-dialog-close-button, button[aria-label="Close"], button[aria-label="Close dialog"], button .pi-times');
+          if (close) { (close.closest('button') || close).click(); return; }
+          const service = window.app.extensionManager.dialog;
+          if (service && service.closeDialog) service.closeDialog({key: 'global-workflow-template-selector'}); }""")
+        try:
+            cp.page.wait_for_function(f"() => !({CARDS_SHOWN_JS})()", timeout=10_000)
+        except PlaywrightTimeout:
+            pass
+    assert not cp.page.evaluate(CARDS_SHOWN_JS), "the template browser does not close"
+
+
+def open_like_its_card(cp: ComfyPage, name: str) -> None:
+    """`name` loaded as its card's click loads it (LOAD_LIKE_CARD_JS), from the server's template route, the
+    template browser closed first (an earlier test may have left it open: the card's click closes it)."""
+    cp.dismiss_dialogs()
+    close_template_browser(cp)
+    cp.page.evaluate("() => window.app.graph.clear()")
+    cp.page.evaluate(LOAD_LIKE_CARD_JS, [PACK, name])
 
 
 def prompt_boxes(cp: ComfyPage) -> list:
@@ -185,19 +272,30 @@ def test_one_card_per_ui_workflow_each_with_its_thumbnail(page):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_each_template_loads_complete_with_one_box_per_prompt(page, name):
-    """Clicking the card loads the workflow as saved: every node type known, no missing-nodes or missing-models
-    dialog (the session server holds every declared file, as tiny stand-ins), groups and the read-me note on the
+    """The card loads the workflow as saved (CLICKED_CARDS by a click on the card; the others as the click loads
+    them: the same route and the same app.loadGraphData call, a template browser open and close less each, ~2/3 of a
+    card's time on frontend 1.32.9, which rebuilds the browser with ComfyUI's own templates at every open; every
+    card's name and picture are test_one_card_per_ui_workflow_each_with_its_thumbnail's): every node type known, no
+    missing-nodes or missing-models dialog (the session server holds every declared file, as tiny stand-ins), groups and the read-me note on the
     canvas, one prompt box per prompt. Then ComfyUI's fit view (test_browser_template_layout.py's check, on the
     template as its card loaded it): the scale it picks (an edit template at 0.40 or more), no two nodes overlapping,
     each node inside its group."""
     cp = page
     ui = json.loads((EXAMPLES / f"{name}.json").read_text())
-    load_template(cp, name, len(ui["nodes"]))
+    t0 = time.monotonic()
+    if name in CLICKED_CARDS:
+        load_template(cp, name, len(ui["nodes"]))
+    else:
+        open_like_its_card(cp, name)
+    load_s = time.monotonic() - t0
     # the template browser closes itself after the click; on a loaded machine that takes longer than a fixed pause
     cp.page.wait_for_function("() => !document.querySelector('.p-dialog [data-testid^=\"template-workflow-\"]')",
                               timeout=30_000)
-    # fit view waits 800 ms for its animation: a missing-nodes or missing-models dialog would open by then
+    # a missing-nodes or missing-models dialog: app.loadGraphData asked for it before it returned (load_template
+    # waited for that); fit view's animation (frames for 350 ms) lets it render
+    t1 = time.monotonic()
     geometry = fit_view(cp)
+    fit_s = time.monotonic() - t1
     assert cp.missing_node_types() == []
     assert cp.open_dialogs() == [], "a dialog opened on load (missing nodes or models?)"
     saved = cp.serialize()
@@ -213,7 +311,9 @@ def test_each_template_loads_complete_with_one_box_per_prompt(page, name):
     # the layout at fit view
     assert len(geometry["nodes"]) == len(ui["nodes"])
     FIT_SCALES[name] = geometry["scale"]
-    print(f"{name}: fit view at {geometry['scale']:.3f}")
+    how = "card clicked and loaded" if name in CLICKED_CARDS else "loaded as its card does"
+    print(f"{name}: fit view at {geometry['scale']:.3f} ({how} in {load_s:.1f}s,"
+          f" fit view {fit_s:.1f}s)")
     assert overlap_faults(geometry) == []
     assert inside_faults(geometry, name) == []
     if name in EDIT_TEMPLATES:
@@ -259,8 +359,7 @@ def test_after_a_run_every_node_stays_inside_its_group(page, name):
     cp.wait_history(pid, timeout=600)
     cp.page.wait_for_function("(ids) => ids.every(id => window.FillScope.tableOf(id))", arg=fillscope,
                               timeout=60_000)
-    cp.page.wait_for_timeout(500)
-    geometry = fit_view(cp)
+    geometry = fit_view(cp)  # (its frames: the grown nodes drawn)
     cp.screenshot(SHOTS / f"after_run_{name}.png")
     sizes = {n["id"]: n["size"] for n in geometry["nodes"]}
     grown = {k: (saved[k], [round(v) for v in sizes[k]]) for k in fillscope if sizes[k][1] > saved[k][1] + 0.5}
@@ -298,6 +397,7 @@ def bare_page(page):
     """A second server with empty model folders (no tiny stand-ins), and a page on it (a second context of the
     process's chromium)."""
     with ComfyServer() as server, ComfyPage(server.url, viewport=(1600, 1000)) as cp:
+        cp.stub_core_template_thumbnails()
         yield cp
 
 
@@ -315,6 +415,8 @@ def test_a_real_weight_template_lists_its_missing_files_on_a_server_without_them
     looks each name up in its `directory`'s file list (/api/experiment/models/<directory>) and lists the ones not
     there as "<directory> / <name>", each with a Download button whose title is its URL (only huggingface.co,
     civitai.com URLs and .safetensors/.sft names are allowed: else the entry shows an error and no download)."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
     cp = bare_page
     ui = json.loads((EXAMPLES / f"{name}.json").read_text())
     declared = ui["models"]
@@ -324,8 +426,14 @@ def test_a_real_weight_template_lists_its_missing_files_on_a_server_without_them
     open_pack_templates(cp)
     cp.page.locator(f'[data-testid="template-workflow-{name}"]').click()
     cp.wait_dialog("Missing Models", timeout=20)
-    cp.page.wait_for_function("() => document.querySelectorAll('.p-dialog .comfy-missing-models [role=option]').length > 0")
-    cp.page.wait_for_timeout(300)
+    # the template browser closes after loadGraphData asked for the Missing Models dialog: gone before dialogs count
+    cp.page.wait_for_function("() => !document.querySelector('.p-dialog [data-testid^=\"template-workflow-\"]')",
+                              timeout=30_000)
+    try:  # every entry rendered (a dialog that lists fewer fails the comparison below, which names them)
+        cp.page.wait_for_function("(n) => document.querySelectorAll('.p-dialog .comfy-missing-models [role=option]')"
+                                  ".length >= n", arg=len(declared), timeout=10_000)
+    except PlaywrightTimeout:
+        pass
     assert cp.page.evaluate("() => window.app.graph.nodes.length") == len(ui["nodes"])  # loaded all the same
     assert cp.missing_node_types() == []
     dialogs = cp.open_dialogs()

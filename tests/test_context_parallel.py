@@ -7,7 +7,16 @@
 - CFG parallelism: sample_sd3_controlnet_inpaint at parallel=2 (rank 0 the positive pass, rank 1 the negative)
   gives the single-rank sampler's latents;
 - the refusals: a degree that does not divide the heads (3; 4 for the tiny 2-head models) lists the valid ones; a
-  parallel run without its process group names `parallel`.
+  parallel run without its process group names `parallel`;
+- the same rank functions on two Ray actors (fillscope.parallel.ray_ranks): the transformers and the FLUX Fill and
+  SD3 samplers within 1e-5 of one process; an input error on a rank comes back as itself.
+
+Cost (issue 32): every start of ranks is interpreters importing torch and diffusers. The module starts one group of
+spawned ranks for every comparison (`rank_runs`), one for the refusal, and one pair of Ray actors (`ray_ranks`, a
+RayRanks kept for the module) for both Ray tests: the Ray refusal runs on the actors that ran the comparison, which
+then run one more group (the refusal left them usable). Moved (session 14): that refusal ran on a run_on_ray_ranks
+group of its own; run_on_ray_ranks is one run on a RayRanks of its own, and its refusal of a degree the cluster
+cannot hold is still run through it.
 
 Skipped where torch.distributed or gloo is missing (a failure under CI, as every non-CUDA skip: conftest.py).
 """
@@ -317,16 +326,24 @@ def ray_cluster(ray_tmp_env):
     ray.shutdown()
 
 
-def test_ray_actor_ranks_equal_one_process(ray_cluster, transformer_runs, sampler_runs):
+@pytest.fixture(scope="module")
+def ray_ranks(ray_cluster):
+    """One group of WORLD rank actors (ray_ranks.RayRanks) for the module's runs on Ray: the actors' start (an
+    interpreter importing torch and diffusers) paid once (issue 32); each run forms its own process group."""
+    from fillscope.parallel.ray_ranks import RayRanks
+
+    with RayRanks(WORLD) as ranks:
+        yield ranks
+
+
+def test_ray_actor_ranks_equal_one_process(ray_ranks, transformer_runs, sampler_runs):
     """Two Ray actors joined in a gloo group run the transformers (Ulysses) and the FLUX Fill and SD3 (CFG parallel)
     samplers as the spawned ranks do: within 1e-5 of one process."""
-    from fillscope.parallel.ray_ranks import run_on_ray_ranks
-
     models = {family: (make(), inputs()) for family, (make, inputs) in TRANSFORMERS.items()}
     calls = [forward(model, 2, inputs) for model, inputs in models.values()]
     calls += [partial(sampler_runs[family][0], parallel=2) for family in ("flux-fill", "sd3")]
     start = time.perf_counter()
-    results = run_on_ray_ranks(in_turn, WORLD, *calls)
+    results = ray_ranks.run(in_turn, *calls)
     print(f"\n[ray ranks] {WORLD} actors: {time.perf_counter() - start:.1f} s")
     for (family, _), split in zip(models.items(), results):
         assert max_rel_err(split, transformer_runs[family][0]) <= TOLERANCE, family
@@ -335,11 +352,15 @@ def test_ray_actor_ranks_equal_one_process(ray_cluster, transformer_runs, sample
     assert results[3].info["cfg_parallel"] == "positive pass on this rank of 2"
 
 
-def test_an_input_error_on_a_ray_rank_comes_back_as_itself(ray_cluster):
+def test_an_input_error_on_a_ray_rank_comes_back_as_itself(ray_cluster, ray_ranks):
+    """On the module's rank actors (ray_ranks: the same processes as the test above, when it ran): the refusal comes
+    back as itself, and the actors still run the next group. run_on_ray_ranks, a group of its own for one run,
+    refuses a degree the cluster cannot hold before any actor starts."""
     from fillscope.parallel.ray_ranks import run_on_ray_ranks
 
     with pytest.raises(FillScopeInputError) as e:
-        run_on_ray_ranks(context.check_degree, WORLD, 4, TINY_HEADS)
+        ray_ranks.run(context.check_degree, 4, TINY_HEADS)
     assert e.value.input_name == "parallel" and e.value.fix == "use one of 1, 2."
+    assert ray_ranks.run(context.valid_degrees, TINY_HEADS) == [1, 2]  # the refusal left the ranks usable
     with pytest.raises(FillScopeInputError, match="3 CPU\\(s\\) are needed and the Ray cluster has 2"):
         run_on_ray_ranks(context.check_degree, 3, 2, TINY_HEADS)

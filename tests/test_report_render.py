@@ -1,8 +1,10 @@
 """The five-page architecture report (fillscope/trace/report/): schema validation, self-containment, escaping,
 and, in headless chromium (playwright), that every page renders, the numbers on it equal the JSON's, page
-navigation and the language switch work, and injected markup stays text. Screenshots of every page go to
-test-artifacts/report/; with FILLSCOPE_DOCS_SCREENSHOTS=1 the README set (1280x800, palette PNG) is also written to
-docs/report/<model>-page<N>.png.
+navigation and the language switch work, and injected markup stays text. Screenshots of every page (1280x800, palette
+PNG, both models) go to test-artifacts/report/<model>-page<N>.png, or with FILLSCOPE_DOCS_SCREENSHOTS=1 to
+docs/report/ (the README set). With FILLSCOPE_REPORT_SCREENSHOTS=1 the render test also writes a full-page screenshot
+of every page, in English and Chinese, to test-artifacts/report/<model>[-zh]-full-page<N>.png: 20 full-page shots,
+about a third of this module's time, that no test reads, so they are not taken by default.
 
 Chromium: Debian's (`apt-get install -y chromium`; env FILLSCOPE_CHROMIUM overrides the path); no browser is
 ever downloaded. Without it (or without playwright) the browser tests skip, except in CI (env CI set), where
@@ -30,6 +32,7 @@ from fillscope.trace import report as R
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "test-artifacts" / "report"
+FULL_PAGE_SHOTS = os.environ.get("FILLSCOPE_REPORT_SCREENSHOTS", "").lower() not in ("", "0", "false", "no")
 DOCS = ROOT / "docs" / "report"
 MODELS = ("flux-fill", "sd3-controlnet-inpaint")
 BLOCKS = {"flux-fill": {"double": 19, "single": 38}, "sd3-controlnet-inpaint": {"joint": 24, "controlnet": 23}}
@@ -413,13 +416,15 @@ def test_every_page_renders_and_its_numbers_equal_the_json(browser, written, mod
             assert _visible_pages(page) == [n]
             texts[n] = page.locator(f"#page-{n}").inner_text()
             assert len(texts[n]) > 200, f"page {n} is (nearly) empty"
-            page.screenshot(path=str(ARTIFACTS / f"{model}-page{n}.png"), full_page=True)
+            if FULL_PAGE_SHOTS:
+                page.screenshot(path=str(ARTIFACTS / f"{model}-full-page{n}.png"), full_page=True)
         page.click('.langs [data-lang="zh"]')
         zh_texts = {}
         for n in range(1, R.PAGE_COUNT + 1):
             page.click(f'.pager [data-goto="{n}"]')
             zh_texts[n] = page.locator(f"#page-{n}").inner_text()
-            page.screenshot(path=str(ARTIFACTS / f"{model}-zh-page{n}.png"), full_page=True)
+            if FULL_PAGE_SHOTS:
+                page.screenshot(path=str(ARTIFACTS / f"{model}-zh-full-page{n}.png"), full_page=True)
         nums = page.evaluate(_NUMS_JS)
         figs = page.evaluate(_FIGS_JS)
         block_rows = page.evaluate("""() => Object.fromEntries(Array.from(document.querySelectorAll('details.stage-table'))
@@ -603,9 +608,10 @@ def test_cuda_run_shows_green_badges(browser, written):
         ctx.close()
 
 
-def test_every_page_screenshots_small_enough_for_the_docs(browser, written, tmp_path):
-    """FILLSCOPE_DOCS_SCREENSHOTS=1 writes them to docs/report/ (what the README shows)."""
-    out = DOCS if os.environ.get("FILLSCOPE_DOCS_SCREENSHOTS") else tmp_path
+def test_every_page_screenshots_small_enough_for_the_docs(browser, written):
+    """FILLSCOPE_DOCS_SCREENSHOTS=1 writes them to docs/report/ (what the README shows), else to test-artifacts/report/
+    (every page of both models: the screenshots this module leaves by default)."""
+    out = DOCS if os.environ.get("FILLSCOPE_DOCS_SCREENSHOTS") else ARTIFACTS
     for model in MODELS:
         paths = R.screenshot_report(written[model][0], out, model, browser=browser, viewport=(1280, 800))
         assert [p.name for p in paths] == [f"{model}-page{n}.png" for n in range(1, R.PAGE_COUNT + 1)]

@@ -3,11 +3,9 @@ and POST /free unloads them; the next prompt loads them again and succeeds."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
-from server_checks import small_image
+from server_checks import free_when_idle, small_image
 from workflow_helpers import image_saver, load_api, node_id, with_dtype
 
 pytestmark = pytest.mark.server
@@ -33,16 +31,14 @@ def test_comfyui_loads_fillscope_models_and_free_unloads_them(server):
     prompt = inpaint()
     sampler = node_id(prompt, "FillScopeFluxFillSampler")
     prompt[sampler]["inputs"].update(steps=2, seed=101)
-    server.free()  # earlier tests on this server may have left everything resident (auto keeps what fits)
-    time.sleep(1.0)
+    free_when_idle(server)  # earlier tests on this server may have left everything resident (auto keeps what fits)
     before = loads(server)
     assert server.run(prompt, timeout=300)["status"]["status_str"] == "success"
     after_first = loads(server)
     assert after_first > before  # ComfyUI's load_models_gpu saw FillScope's patchers
 
-    server.free()
+    free_when_idle(server)  # applied once it returns (server_checks.free_when_idle)
     prompt[sampler]["inputs"]["seed"] = 102  # re-run the sampler (not served from cache)
-    time.sleep(1.0)  # /free is applied before the next queue item
     assert server.run(prompt, timeout=300)["status"]["status_str"] == "success"
     assert loads(server) > after_first  # unloaded by /free, loaded again for the sampler
 
@@ -93,8 +89,7 @@ def test_each_model_node_reports_what_it_loaded_and_stays_within_the_budget(serv
         prompt = with_synthetic_image(inpaint(small=False), 64, 48, 0.3 + 0.1 * i)  # condition re-runs
         prompt[node_id(prompt, "FillScopeFluxPrompt")]["inputs"]["text"] = text
         prompt[node_id(prompt, "FillScopeFluxFillSampler")]["inputs"].update(steps=2, seed=300 + i)
-        server.free()
-        time.sleep(1.0)
+        free_when_idle(server)
         entry = server.run(prompt, timeout=300)
         sent_back = []
         for cls in model_nodes:
@@ -129,8 +124,7 @@ def test_keep_weights_are_counted_by_comfyui_as_soon_as_they_load(server):
     prompt = inpaint()
     prompt[node_id(prompt, "FillScopeLoadVAE")]["inputs"]["memory"] = "keep"
     prompt[node_id(prompt, "FillScopeFluxFillSampler")]["inputs"].update(steps=2, seed=401)
-    server.free()
-    time.sleep(1.0)
+    free_when_idle(server)
     before = loads(server)
     entry = server.run(prompt, timeout=300)
     assert loads(server) > before

@@ -236,27 +236,37 @@ def test_placeholder_estimate_and_the_gpu_check_without_allocating(monkeypatch):
 # ---- model-folder helpers of the nodes (links, loops, containment) -----------------------------------------------
 
 
-def run_helpers(base: Path, code: str) -> dict:
-    """`code` (which prints one JSON line) with nodes/common.py imported and ComfyUI's model folders at `base`."""
-    if not comfyui_installed():
-        pytest.skip(f"ComfyUI not installed at {comfyui_path()}")
-    prelude = f"""
+# The three tests below read what nodes/common.py's helpers return in one Python process with ComfyUI's folder_paths
+# (helper_runs): each test's model folders are built first, then one subprocess points ComfyUI's model folders at each
+# in turn and runs that test's code; a process each spent ~4-5 s of CPU importing ComfyUI's folder_paths, FillScope's
+# nodes and torch. Each scenario has folders of its own (nodes/common.py's caches are keyed by path).
+PRELUDE = """
 import json, os, sys, time, types
-sys.path.insert(0, {str(comfyui_path())!r})
+sys.path.insert(0, {comfyui!r})
 import folder_paths
-base = {str(base)!r}
-for name in ("diffusers", "diffusion_models", "text_encoders", "vae", "controlnet", "checkpoints"):
-    os.makedirs(os.path.join(base, name), exist_ok=True)
-    folder_paths.folder_names_and_paths[name] = ([os.path.join(base, name)], folder_paths.folder_names_and_paths[name][1])
-pkg = types.ModuleType("FillScope"); pkg.__path__ = [{str(REPO)!r}]; sys.modules["FillScope"] = pkg
+FOLDERS = ("diffusers", "diffusion_models", "text_encoders", "vae", "controlnet", "checkpoints")
+ORIGINAL = {{name: folder_paths.folder_names_and_paths[name] for name in FOLDERS}}
+
+
+def use(base):
+    for name in FOLDERS:
+        os.makedirs(os.path.join(base, name), exist_ok=True)
+        folder_paths.folder_names_and_paths[name] = ([os.path.join(base, name)], ORIGINAL[name][1])
+
+
+pkg = types.ModuleType("FillScope"); pkg.__path__ = [{repo!r}]; sys.modules["FillScope"] = pkg
 from FillScope.nodes import common as c
+results = {{}}
 """
-    res = subprocess.run([sys.executable, "-c", prelude + code], capture_output=True, text=True, timeout=60, check=False)
-    assert res.returncode == 0, res.stderr[-3000:]
-    return json.loads(res.stdout.strip().splitlines()[-1])
 
 
-def test_linked_folders_and_files_are_listed_and_accepted_and_dotdot_is_not(tmp_path):
+def scenario(name: str, base: Path, code: str) -> str:
+    """`code` (which sets `out`) run with ComfyUI's model folders at `base`; `out` kept as results[name]."""
+    body = "\n".join("    " + line for line in code.strip().splitlines())
+    return f"use({str(base)!r})\ndef _{name}():\n{body}\n    return out\nresults[{name!r}] = _{name}()\n"
+
+
+def linked_folders(tmp_path: Path) -> tuple[Path, str]:
     base, outside = tmp_path / "models", tmp_path / "other_disk"
     (outside / "repo").mkdir(parents=True)
     (outside / "repo" / "model_index.json").write_text("{}")
@@ -266,13 +276,78 @@ def test_linked_folders_and_files_are_listed_and_accepted_and_dotdot_is_not(tmp_
     os.symlink(outside / "repo", base / "diffusers" / "linked-repo")
     os.symlink(outside / "ae.safetensors", base / "vae" / "linked-ae.safetensors")
     os.symlink(tmp_path / "nowhere.safetensors", base / "vae" / "dangling.safetensors")
-    data = run_helpers(base, """
+    return base, """
 names = ["linked-repo", "vae/linked-ae.safetensors", "../other_disk/repo", "vae/../../other_disk/ae.safetensors",
          "/etc", "C:/x", "linked-repo/../linked-repo", "vae/dangling.safetensors"]
-print(json.dumps({"folders": c.diffusers_folders(), "vae": c.file_sources("flux_vae"),
-                  "checks": {n: c.validate_source(n) for n in names},
-                  "resolved": [c.resolve_source("linked-repo"), c.resolve_source("vae/linked-ae.safetensors")]}))
-""")
+out = {"folders": c.diffusers_folders(), "vae": c.file_sources("flux_vae"),
+       "checks": {n: c.validate_source(n) for n in names},
+       "resolved": [c.resolve_source("linked-repo"), c.resolve_source("vae/linked-ae.safetensors")]}
+"""
+
+
+def looping_links(tmp_path: Path) -> tuple[Path, str]:
+    base = tmp_path / "models"
+    repo = base / "diffusers" / "loop-repo"
+    repo.mkdir(parents=True)
+    (repo / "model_index.json").write_text("{}")
+    (repo / "vae").mkdir()
+    (repo / "vae" / "config.json").write_text("{}")
+    (repo / "vae" / "w.safetensors").write_bytes(b"x")
+    junk = base / "diffusers" / "junk"  # no model at the top: the listing walks into it
+    junk.mkdir()
+    for folder in (repo, repo / "vae", junk):
+        os.symlink(".", folder / "a")
+        os.symlink(".", folder / "b")
+    os.symlink("self", junk / "self")  # a link to itself (ELOOP)
+    return base, """
+t0 = time.monotonic()
+folders = c.diffusers_folders()
+t1 = time.monotonic()
+fp = c.source_fingerprint("loop-repo")
+t2 = time.monotonic()
+out = {"folders": folders, "fp": fp, "list_s": t1 - t0, "fp_s": t2 - t1,
+       "note": c.fingerprint_note(c.resolve_source("loop-repo"))}
+"""
+
+
+def past_the_caps(tmp_path: Path) -> tuple[Path, str]:
+    base = tmp_path / "models"
+    repo = base / "diffusers" / "deep"
+    deep = repo.joinpath(*[f"d{i}" for i in range(12)])
+    deep.mkdir(parents=True)
+    (repo / "config.json").write_text("{}")
+    (repo / "w.safetensors").write_bytes(b"x")
+    (deep / "far.json").write_text("{}")
+    return base, """
+fp = c.source_fingerprint("deep")
+out = {"fp": fp, "note": c.fingerprint_note(c.resolve_source("deep"))}
+"""
+
+
+SCENARIOS = {"linked": linked_folders, "looping": looping_links, "caps": past_the_caps}
+
+
+@pytest.fixture(scope="module")
+def helper_runs(tmp_path_factory) -> dict:
+    """{scenario: (its tmp folder, what its code returned)}: every scenario's folders built, then one subprocess with
+    nodes/common.py imported runs each scenario's code with ComfyUI's model folders at that scenario's models/."""
+    if not comfyui_installed():
+        pytest.skip(f"ComfyUI not installed at {comfyui_path()}")
+    script, folders = PRELUDE.format(comfyui=str(comfyui_path()), repo=str(REPO)), {}
+    for name, build in SCENARIOS.items():
+        folders[name] = tmp_path_factory.mktemp(f"helpers_{name}")
+        base, code = build(folders[name])
+        script += scenario(name, base, code)
+    script += "print(json.dumps(results))\n"
+    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False)
+    assert res.returncode == 0, res.stderr[-3000:]
+    results = json.loads(res.stdout.strip().splitlines()[-1])
+    return {name: (folders[name], results[name]) for name in SCENARIOS}
+
+
+def test_linked_folders_and_files_are_listed_and_accepted_and_dotdot_is_not(helper_runs):
+    tmp_path, data = helper_runs["linked"]
+    base, outside = tmp_path / "models", tmp_path / "other_disk"
     assert data["folders"] == ["linked-repo"]
     assert data["vae"] == ["vae/linked-ae.safetensors"]  # the dangling link is not offered
     checks = data["checks"]
@@ -288,29 +363,8 @@ print(json.dumps({"folders": c.diffusers_folders(), "vae": c.file_sources("flux_
                                                                str((outside / "ae.safetensors").resolve())]
 
 
-def test_looping_links_are_listed_and_fingerprinted_at_once(tmp_path):
-    base = tmp_path / "models"
-    repo = base / "diffusers" / "loop-repo"
-    repo.mkdir(parents=True)
-    (repo / "model_index.json").write_text("{}")
-    (repo / "vae").mkdir()
-    (repo / "vae" / "config.json").write_text("{}")
-    (repo / "vae" / "w.safetensors").write_bytes(b"x")
-    junk = base / "diffusers" / "junk"  # no model at the top: the listing walks into it
-    junk.mkdir()
-    for folder in (repo, repo / "vae", junk):
-        os.symlink(".", folder / "a")
-        os.symlink(".", folder / "b")
-    os.symlink("self", junk / "self")  # a link to itself (ELOOP)
-    data = run_helpers(base, """
-t0 = time.monotonic()
-folders = c.diffusers_folders()
-t1 = time.monotonic()
-fp = c.source_fingerprint("loop-repo")
-t2 = time.monotonic()
-print(json.dumps({"folders": folders, "fp": fp, "list_s": t1 - t0, "fp_s": t2 - t1,
-                  "note": c.fingerprint_note(c.resolve_source("loop-repo"))}))
-""")
+def test_looping_links_are_listed_and_fingerprinted_at_once(helper_runs):
+    _, data = helper_runs["looping"]
     assert data["list_s"] < 5 and data["fp_s"] < 5
     assert data["folders"] == ["loop-repo"]
     assert data["fp"][0] == "loop-repo" and [f[0] for f in data["fp"][1]] == ["model_index.json", "vae/config.json",
@@ -318,17 +372,7 @@ print(json.dumps({"folders": folders, "fp": fp, "list_s": t1 - t0, "fp_s": t2 - 
     assert data["note"] is None
 
 
-def test_a_folder_past_the_caps_gets_a_partial_fingerprint_and_a_note(tmp_path):
-    base = tmp_path / "models"
-    repo = base / "diffusers" / "deep"
-    deep = repo.joinpath(*[f"d{i}" for i in range(12)])
-    deep.mkdir(parents=True)
-    (repo / "config.json").write_text("{}")
-    (repo / "w.safetensors").write_bytes(b"x")
-    (deep / "far.json").write_text("{}")
-    data = run_helpers(base, """
-fp = c.source_fingerprint("deep")
-print(json.dumps({"fp": fp, "note": c.fingerprint_note(c.resolve_source("deep"))}))
-""")
+def test_a_folder_past_the_caps_gets_a_partial_fingerprint_and_a_note(helper_runs):
+    _, data = helper_runs["caps"]
     assert data["fp"][1] == "partial" and [f[0] for f in data["fp"][2]] == ["config.json", "w.safetensors"]
     assert "nested deeper than 8" in data["note"] and "noticed after a restart or /free" in data["note"]

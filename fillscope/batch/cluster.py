@@ -21,6 +21,20 @@ No wait is unbounded: a task (a job, a rank, a tile) that has not answered `task
 its worker killed (Ray restarts it) and its job fails as timed out; the workers' start, a group's address and a
 restart are waited for `timeout_s` at most.
 
+Workers kept between batches (`keep_workers_s` > 0, off by default): a caller that stays connected to a cluster
+(it called ray.init itself: a script or a server queueing several batches on one connection) may keep a batch's workers, with
+their resident stacks, for the next batch this process runs on that connection with the same plan (nodes, GPUs,
+CPUs, threads, max_resident): it starts no worker and loads no stack it already holds. Kept workers hold their
+GPU or CPU reservation and their models' memory, so the keep is bounded: they are stopped `keep_workers_s` after
+the batch that kept them (a timer; at most KEEP_WORKERS_MAX_S), by the next batch that does not keep them (the
+default: it reuses them, then stops them), by a batch with another plan, by `release_kept_workers()`, and with the
+connection (Ray stops a driver's actors when it disconnects). A worker that died, was restarted, timed out or was
+still running a task when its batch ended is never kept (then none of the batch's workers is), and a kept worker is
+asked its process id before it is reused: one that does not answer as the same process within KEPT_ANSWER_S (dead,
+restarting, restarted) makes the batch start new workers (the kept ones stopped). A cluster a call connects or starts itself (`address`
+given while this process has no Ray) is disconnected or stopped at the call's end, its workers with it: nothing is
+kept then.
+
 Paths in the manifest (models, images, masks) are read by the workers: on a cluster they must name the same files
 on every node (a shared or copied folder), and a spread job's image and mask also by the driver; the outputs need
 no shared folder.
@@ -29,6 +43,7 @@ no shared folder.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -49,6 +64,9 @@ LOCAL_OBJECT_STORE_BYTES = 512 * 1024**2  # a local cluster's object store: resu
 TASK_TIMEOUT_S = 6 * 3600.0  # a job, a rank or a tile that has not answered by then is taken as hung
 WAIT_SLICE_S = 5.0  # the driver's wait for the next answer, between two looks at the deadlines
 KILL_GRACE_S = 60.0  # after a hung task's worker is killed, how long its call may take to fail
+KEEP_WORKERS_MAX_S = 3600.0  # the longest a batch's workers may be kept idle for the next batch (keep_workers_s)
+KEPT_ANSWER_S = 60.0  # how long a kept worker may take to answer before the next batch starts new workers instead,
+# and how long a batch that keeps its workers waits for their stray calls (tiles of a job already failed) to end
 
 
 def import_ray():
@@ -247,29 +265,57 @@ class RayBatch:
 
     def __init__(self, ray, specs: list[WorkerSpec], out_dir: Path, *, max_resident: int = 1, progress: bool = True,
                  on_result=None, max_attempts: int = MAX_ATTEMPTS, timeout_s: float = 600.0,
-                 task_timeout_s: float = TASK_TIMEOUT_S):
+                 task_timeout_s: float = TASK_TIMEOUT_S, kept: _KeptWorkers | None = None):
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         self.ray, self.out_dir, self.log = ray, Path(out_dir), Path(out_dir) / LOG
         self.max_resident, self.progress, self.on_result = max_resident, progress, on_result
         self.max_attempts, self.timeout_s, self.task_timeout_s = max_attempts, timeout_s, task_timeout_s
-        remote = ray.remote(JobWorker)
-        self.workers = []
-        for spec in specs:
-            options = dict(num_cpus=spec.cpus, num_gpus=spec.gpus, max_restarts=MAX_RESTARTS, max_task_retries=0,
-                           scheduling_strategy=NodeAffinitySchedulingStrategy(spec.node, soft=False))
-            handle = remote.options(**options).remote("cuda" if spec.gpus else "cpu", max_resident, spec.threads)
-            self.workers.append(_Worker(handle, spec))
         self.pids = {}  # id(worker) -> pid, learnt when it first answers
+        self.reused = kept is not None  # the workers of an earlier batch (_take_kept: alive, the same processes)
+        if kept is not None:
+            self.workers = kept.workers
+            self.pids = {id(w): pid for w, pid in zip(kept.workers, kept.pids)}
+        else:
+            remote = ray.remote(JobWorker)
+            self.workers = []
+            for spec in specs:
+                options = dict(num_cpus=spec.cpus, num_gpus=spec.gpus, max_restarts=MAX_RESTARTS, max_task_retries=0,
+                               scheduling_strategy=NodeAffinitySchedulingStrategy(spec.node, soft=False))
+                handle = remote.options(**options).remote("cuda" if spec.gpus else "cpu", max_resident, spec.threads)
+                self.workers.append(_Worker(handle, spec))
+        self.first_pids: dict = {}  # id(worker) -> its pid when the batch started (a restart changes it)
+        self.restarted = False  # a worker died, was restarted or given up during the batch
         self.stack_keys: dict = {}  # job id -> runner.stack_key, once a job (the queue is scanned every dispatch)
         self.results: list[JobResult] = []
         self.total, self.bar = 0, None
 
     def start(self) -> None:
         """Waits until every worker has started (imports done), so the first jobs do not time the start-up."""
-        refs = [w.handle.pid.remote() for w in self.workers]
-        for w, pid in zip(self.workers, self.ray.get(refs, timeout=self.timeout_s)):
-            self.pids[id(w)] = pid
+        if not self.reused:  # kept workers answered their pids in _take_kept
+            refs = [w.handle.pid.remote() for w in self.workers]
+            for w, pid in zip(self.workers, self.ray.get(refs, timeout=self.timeout_s)):
+                self.pids[id(w)] = pid
+        self.first_pids = dict(self.pids)
+
+    def drain(self, limit_s: float) -> None:
+        """Waits, `limit_s` at most, for the calls still running when the batch ended (tiles of a job that failed
+        meanwhile), so their workers are idle; a worker restarting is not waited for (it is not kept)."""
+        stray = {ref: w for ref, w in getattr(self, "inflight", {}).items() if isinstance(w.busy, _Dispatch)}
+        end = time.monotonic() + limit_s
+        while stray:
+            timeout = max(0.0, min(end, *(w.deadline for w in stray.values())) - time.monotonic())
+            ready, _ = self.ray.wait(list(stray), num_returns=1, timeout=timeout)
+            if not ready:
+                return  # past its deadline: the worker stays busy, so none is kept
+            w = stray.pop(ready[0])
+            w.busy, w.deadline = None, None
+
+    def keepable(self) -> bool:
+        """Whether every worker may be kept for the next batch: none died, was restarted, timed out or given up
+        during this one, and none still runs a task (a tile of a job that failed meanwhile)."""
+        return (not self.restarted and all(w.busy is None and not w.gone for w in self.workers)
+                and all(self.pids.get(id(w)) == self.first_pids.get(id(w)) is not None for w in self.workers))
 
     def busy(self) -> list[tuple[int, str]]:
         return [(self.pids.get(id(w)), w.busy.job.id) for w in self.workers if isinstance(w.busy, _Dispatch)]
@@ -379,6 +425,7 @@ class RayBatch:
         queue = [_Item(job, key, 1) for job, key in todo]
         self.stack_keys = {job.id: stack_key(job) for job, _ in todo}
         inflight: dict = {}  # object ref -> worker
+        self.inflight = inflight  # what is left in it at the end: tiles of a job already finished, restarts (drain)
         self.results, self.total = [], len(todo)
         self.bar = _Progress(len(todo), self.progress)
         try:
@@ -437,6 +484,7 @@ class RayBatch:
         this one (retried until it is back, or its restarts are used up) answers when it is ready."""
         w.resident.clear()
         self.pids.pop(id(w), None)
+        self.restarted = True
         w.busy, w.deadline = RESTARTING, time.monotonic() + self.timeout_s
         inflight[w.handle.pid.options(max_task_retries=-1).remote()] = w
 
@@ -497,6 +545,7 @@ class RayBatch:
                 continue
             d = w.busy
             d.timed_out = True
+            self.restarted = True  # its workers are killed below
             for other in self.workers:
                 if other.busy is d:
                     other.deadline = now + KILL_GRACE_S
@@ -523,17 +572,130 @@ class RayBatch:
                 pass
 
 
+# --- workers kept between batches (module docstring) -------------------------------------------------------------------
+
+@dataclass
+class _KeptWorkers:
+    """A finished batch's workers, idle, kept for the next batch on the same connection and plan."""
+
+    connection: tuple  # _connection(ray) when they were kept: the driver's connection that owns them
+    plan: tuple  # (the WorkerSpecs, max_resident) they were started for
+    workers: list  # _Worker, with the driver's mirror of their resident stacks
+    pids: list  # each worker's process id
+    timer: threading.Timer | None = None
+
+
+_kept: _KeptWorkers | None = None
+_kept_lock = threading.Lock()
+
+
+def _connection(ray) -> tuple:
+    """This process's connection to its cluster: the cluster (GCS address, session) and this driver's worker id,
+    new at every ray.init."""
+    ctx = ray.get_runtime_context()
+    return ctx.gcs_address, ctx.get_session_name(), ctx.get_worker_id()
+
+
+def _stop_workers(ray, workers: list) -> None:
+    for w in workers:
+        try:
+            ray.kill(w.handle)
+        except Exception:  # noqa: BLE001  (already gone, or the connection with it)
+            pass
+
+
+def _release(kept: _KeptWorkers | None) -> None:
+    """The kept workers stopped (when they are still the ones kept, and their connection is still this process's)."""
+    global _kept
+    with _kept_lock:
+        if kept is None or _kept is not kept:
+            return
+        _kept = None
+    if kept.timer is not None:
+        kept.timer.cancel()
+    ray = import_ray()
+    try:
+        same = ray.is_initialized() and _connection(ray) == kept.connection
+    except Exception:  # noqa: BLE001  (disconnected meanwhile: Ray stopped its actors with the connection)
+        same = False
+    if same:
+        _stop_workers(ray, kept.workers)
+
+
+def release_kept_workers() -> None:
+    """Stops the workers a batch kept (run_batch_on_ray's keep_workers_s) now, if any."""
+    _release(_kept)
+
+
+def kept_worker_pids() -> list[int]:
+    """The process ids of the workers kept for the next batch ([] when none are kept)."""
+    kept = _kept
+    return list(kept.pids) if kept is not None else []
+
+
+def _take_kept(ray, plan: tuple, timeout_s: float) -> _KeptWorkers | None:
+    """The kept workers for a batch of `plan` on this connection, each alive as the same process it was kept as
+    (asked within `timeout_s`); else None, and any kept workers stopped (another plan or connection, or one of them
+    dead, restarting or restarted)."""
+    global _kept
+    with _kept_lock:
+        kept, _kept = _kept, None
+    if kept is None:
+        return None
+    if kept.timer is not None:
+        kept.timer.cancel()
+    usable = kept.plan == plan and _connection(ray) == kept.connection
+    if usable:
+        try:
+            pids = ray.get([w.handle.pid.remote() for w in kept.workers], timeout=timeout_s)
+            usable = list(pids) == kept.pids
+        except Exception:  # noqa: BLE001  (dead, restarting or not answering: started afresh)
+            usable = False
+    if usable:
+        return kept
+    if _connection(ray) == kept.connection:
+        _stop_workers(ray, kept.workers)
+    return None
+
+
+def _keep(ray, batch: RayBatch, plan: tuple, keep_s: float) -> None:
+    """The batch's workers kept for the next batch, stopped after `keep_s` seconds if none takes them."""
+    global _kept
+    kept = _KeptWorkers(_connection(ray), plan, batch.workers, [batch.pids[id(w)] for w in batch.workers])
+    for w in kept.workers:
+        w.busy, w.deadline = None, None
+    kept.timer = threading.Timer(keep_s, _release, args=(kept,))
+    kept.timer.daemon = True
+    with _kept_lock:
+        previous, _kept = _kept, kept
+    _release(previous)  # none expected: this batch took them
+    kept.timer.start()
+
+
+def check_keep_workers(keep_workers_s) -> float:
+    if isinstance(keep_workers_s, bool) or not isinstance(keep_workers_s, (int, float)) \
+            or not 0 <= keep_workers_s <= KEEP_WORKERS_MAX_S:
+        raise FillScopeInputError("keep_workers_s", f"is {keep_workers_s!r}.",
+                                  f"give seconds from 0 (stop the workers after the batch) to {KEEP_WORKERS_MAX_S:g}.")
+    return float(keep_workers_s)
+
+
 def run_batch_on_ray(jobs: list[Job], out_dir, *, address: str = "local", workers: int = 1, device: str = "auto",
                      max_resident: int = 1, progress: bool = True, on_result=None,
                      max_attempts: int = MAX_ATTEMPTS, started=None, runtime_env: dict | None = None,
                      connect_timeout: float = CONNECT_TIMEOUT_S, check_cancel=None,
-                     task_timeout_s: float = TASK_TIMEOUT_S) -> dict:
+                     task_timeout_s: float = TASK_TIMEOUT_S, keep_workers_s: float = 0.0) -> dict:
     """Every job not finished before, on Ray workers (module docstring); the same summary as runner.run_batch.
     `address`: "local" (a cluster on this machine, stopped afterwards) or a cluster's address; `workers`: CPU
     workers per node without GPUs. `started(batch)` is called once the workers are up (tests use it to find the
     workers' processes); `runtime_env`, `connect_timeout` (seconds), `check_cancel`: for connect; `task_timeout_s`:
-    how long one task (a job, or one tile of a spread job) may run before its worker is taken as hung."""
+    how long one task (a job, or one tile of a spread job) may run before its worker is taken as hung.
+    `keep_workers_s`: on a connection this process made before the call, the workers (and their resident stacks)
+    stay up that many seconds after the batch for the next one (module docstring: kept workers); 0, the default,
+    stops them when the batch ends. Workers an earlier batch kept are reused when the plan matches, whatever this
+    batch keeps."""
     start = time.perf_counter()
+    keep_s = check_keep_workers(keep_workers_s)
     ray = import_ray()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -541,17 +703,27 @@ def run_batch_on_ray(jobs: list[Job], out_dir, *, address: str = "local", worker
     if not todo:
         return summarise(jobs, [], skipped, out_dir, start)
     ours = connect(ray, address, workers, runtime_env, timeout_s=connect_timeout, check_cancel=check_cancel)
-    batch = None
+    batch, kept = None, False
     try:
         specs = plan_workers(ray.nodes(), workers, device)
+        plan = (tuple(specs), max_resident)
+        timeout_s = 600.0
+        reuse = None if ours else _take_kept(ray, plan, min(timeout_s, KEPT_ANSWER_S))
+        if reuse is None:
+            release_kept_workers()  # kept on a connection that has ended (Ray stopped them with it), if any
         batch = RayBatch(ray, specs, out_dir, max_resident=max_resident, progress=progress, on_result=on_result,
-                         max_attempts=max_attempts, task_timeout_s=task_timeout_s)
+                         max_attempts=max_attempts, timeout_s=timeout_s, task_timeout_s=task_timeout_s, kept=reuse)
         batch.start()
         if started is not None:
             started(batch)
         results = batch.run(todo)
+        if keep_s > 0 and not ours:
+            batch.drain(KEPT_ANSWER_S)
+        if keep_s > 0 and not ours and batch.keepable():
+            _keep(ray, batch, plan, keep_s)
+            kept = True
     finally:
-        if batch is not None:
+        if batch is not None and not kept:
             batch.shutdown()
         if ours:
             ray.shutdown()

@@ -5,6 +5,13 @@ as launch.run_on_ranks, which starts local processes instead.
 The actors are placed by a placement group (one bundle a rank, packed onto as few nodes as fit), so the ranks can
 span nodes; rank 0's node address and a free port there are the group's rendezvous. An input error raised on a rank
 (FillScopeInputError) is raised again here as itself.
+
+`RayRanks(world_size)` keeps one set of actors for several runs (`with RayRanks(2) as ranks: ranks.run(fn, ...)`,
+then another `ranks.run`): each run forms a new process group on the same processes (a new rendezvous port), so
+the actors' start (an interpreter importing torch, and whatever the first run's functions import) is paid once; a
+run whose rank refused an input or failed leaves the actors usable (every rank tears its group down). A run whose
+rendezvous does not answer within `timeout_s`, or whose actor died, stops the actors: the next `run` raises. `close()` (the
+block's end) stops them. run_on_ray_ranks is one run on a RayRanks of its own.
 """
 
 from __future__ import annotations
@@ -64,38 +71,93 @@ def raise_rank_errors(outcomes: list) -> object:
     return outcomes[0][1]
 
 
+class RayRanks:
+    """`world_size` rank actors in a placement group, kept for several runs (module docstring). Ray must be
+    initialised (ray.init). gpus: one GPU a rank and nccl (None: when the cluster has a GPU for every rank), else
+    gloo and `threads` CPU threads a rank; `timeout_s` bounds the group's placement, each rendezvous, each
+    collective (not a run: a rank function may compute for longer)."""
+
+    def __init__(self, world_size: int, *, gpus: bool | None = None, threads: int = 1, timeout_s: float = 600.0):
+        import ray
+        from ray.util.placement_group import placement_group
+
+        if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+            raise FillScopeInputError("world_size", f"is {world_size!r}.", "use a whole number of ranks, 1 or more.")
+        have = ray.cluster_resources()
+        if gpus is None:
+            gpus = have.get("GPU", 0) >= world_size
+        need, kind = (world_size, "GPU") if gpus else (world_size * threads, "CPU")
+        if have.get(kind, 0) < need:
+            raise FillScopeInputError("parallel", f"is {world_size}: {need:g} {kind}(s) are needed and the Ray cluster "
+                                      f"has {have.get(kind, 0):g}.", f"use a degree the cluster can hold, or add {kind}s.")
+        self.world_size, self.gpus, self.threads, self.timeout_s = world_size, gpus, threads, float(timeout_s)
+        self.bundle = {"GPU": 1, "CPU": 0} if gpus else {"CPU": threads}
+        self.group = placement_group([dict(self.bundle) for _ in range(world_size)], strategy="PACK")
+        self.actors: list = []
+        self.closed = False
+
+    def _start(self) -> None:
+        import ray
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        try:
+            ray.get(self.group.ready(), timeout=self.timeout_s)
+            remote = ray.remote(RankActor)
+            self.actors = [remote.options(num_cpus=self.bundle["CPU"], num_gpus=self.bundle.get("GPU", 0),
+                                          scheduling_strategy=PlacementGroupSchedulingStrategy(self.group, i))
+                           .remote(self.threads) for i in range(self.world_size)]
+        except BaseException:
+            self.close()
+            raise
+
+    def run(self, fn, *args):
+        """`fn(*args)` on every rank in a new process group of the kept actors; rank 0's result (or a rank's error
+        raised again: raise_rank_errors)."""
+        import ray
+
+        if self.closed:
+            raise RuntimeError("these Ray ranks were closed (a run failed or timed out, or close() was called)")
+        if not self.actors:
+            self._start()
+        try:
+            address, port = ray.get(self.actors[0].address.remote(), timeout=self.timeout_s)
+            settings = (self.world_size, address, port, "nccl" if self.gpus else "gloo", self.timeout_s)
+            outcomes = ray.get([a.run.remote(rank, settings, fn, args) for rank, a in enumerate(self.actors)])
+        except BaseException:
+            self.close()  # an actor died or did not answer: none of them is trusted again
+            raise
+        return raise_rank_errors(outcomes)
+
+    def close(self) -> None:
+        """The actors stopped and the placement group removed (again: nothing)."""
+        import ray
+        from ray.util.placement_group import remove_placement_group
+
+        if self.closed:
+            return
+        self.closed = True
+        for a in self.actors:
+            try:
+                ray.kill(a)
+            except Exception:  # noqa: BLE001  (already gone)
+                pass
+        self.actors = []
+        try:
+            remove_placement_group(self.group)
+        except Exception:  # noqa: BLE001  (Ray disconnected meanwhile: removed with the connection)
+            pass
+
+    def __enter__(self) -> RayRanks:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
 def run_on_ray_ranks(fn, world_size: int, *args, gpus: bool | None = None, threads: int = 1,
                      timeout_s: float = 600.0):
     """`fn(*args)` on `world_size` Ray actors in one process group; rank 0's result. Ray must be initialised
     (ray.init). gpus: one GPU a rank and nccl (None: when the cluster has a GPU for every rank), else gloo and
-    `threads` CPU threads a rank."""
-    import ray
-    from ray.util.placement_group import placement_group, remove_placement_group
-    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
-    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
-        raise FillScopeInputError("world_size", f"is {world_size!r}.", "use a whole number of ranks, 1 or more.")
-    have = ray.cluster_resources()
-    if gpus is None:
-        gpus = have.get("GPU", 0) >= world_size
-    need, kind = (world_size, "GPU") if gpus else (world_size * threads, "CPU")
-    if have.get(kind, 0) < need:
-        raise FillScopeInputError("parallel", f"is {world_size}: {need:g} {kind}(s) are needed and the Ray cluster has "
-                                  f"{have.get(kind, 0):g}.", f"use a degree the cluster can hold, or add {kind}s.")
-    bundle = {"GPU": 1, "CPU": 0} if gpus else {"CPU": threads}
-    group = placement_group([dict(bundle) for _ in range(world_size)], strategy="PACK")
-    actors = []
-    try:
-        ray.get(group.ready(), timeout=timeout_s)
-        remote = ray.remote(RankActor)
-        actors = [remote.options(num_cpus=bundle["CPU"], num_gpus=bundle.get("GPU", 0),
-                                 scheduling_strategy=PlacementGroupSchedulingStrategy(group, i)).remote(threads)
-                  for i in range(world_size)]
-        address, port = ray.get(actors[0].address.remote(), timeout=timeout_s)
-        settings = (world_size, address, port, "nccl" if gpus else "gloo", float(timeout_s))
-        outcomes = ray.get([a.run.remote(rank, settings, fn, args) for rank, a in enumerate(actors)])
-        return raise_rank_errors(outcomes)
-    finally:
-        for a in actors:
-            ray.kill(a)
-        remove_placement_group(group)
+    `threads` CPU threads a rank. One run on a RayRanks of its own (started and stopped here)."""
+    with RayRanks(world_size, gpus=gpus, threads=threads, timeout_s=timeout_s) as ranks:
+        return ranks.run(fn, *args)

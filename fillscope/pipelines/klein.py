@@ -44,6 +44,7 @@ from ..sampling import (ExternalDenoiser, blend_with_source, check_external_opti
                         flux_sigma_min, flux_sigmas, initial_noise, require_finite_first_step, require_finite_result,
                         require_noise_shape, soft_mask_to_latent, tell_schedule, truncate_for_denoise)
 from ..specs import MIN_SIDE, shipped_config
+from ..trace.meta_cache import cached_on_meta, first_argument, stack_transformer
 from ..weights import Component, load_component
 
 FAMILY = "klein"
@@ -322,6 +323,7 @@ def soft_mask_latent(cond: KleinCondition, soft_mask):
                                cond.latent_width)
 
 
+@cached_on_meta(first_argument)  # trace/meta_cache.py: faster on meta weights, same shapes
 def sample_klein(transformer: Component | ExternalDenoiser, text: KleinText, cond: KleinCondition, *,
                  steps: int = DISTILLED_STEPS, guidance: float = BASE_GUIDANCE, distilled: bool = True,
                  negative: KleinText | None = None, strength: float = 1.0, seed: int = 0, callback=None, noise=None,
@@ -517,6 +519,7 @@ def _encode_texts(qwen3, prompt, negative_prompt, use_cfg, observe):
     return positive, negative
 
 
+@cached_on_meta(stack_transformer)  # trace/meta_cache.py: faster on meta weights, same shapes
 def run(stack: dict[str, Component], prompt: str, prepared: PreparedInput, *, reference=None,
         negative_prompt: str = "", steps: int = DISTILLED_STEPS, guidance: float = BASE_GUIDANCE,
         model_type: str = "auto", strength: float = 1.0, token_mask: str = "cover", seed: int = 0,
@@ -543,6 +546,7 @@ def run(stack: dict[str, Component], prompt: str, prepared: PreparedInput, *, re
     return KleinResult(positive, negative, condition, latent, image)
 
 
+@cached_on_meta(stack_transformer)  # trace/meta_cache.py: faster on meta weights, same shapes
 def run_edit(stack: dict[str, Component], prompt: str, references: list, *, width: int = 0, height: int = 0,
              negative_prompt: str = "", steps: int = DISTILLED_STEPS, guidance: float = BASE_GUIDANCE,
              model_type: str = "auto", seed: int = 0, callback=None, noise=None, observe=None,

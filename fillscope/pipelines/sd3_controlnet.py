@@ -58,6 +58,7 @@ from ..sampling import (
 from ..specs import (MIN_SIDE, SideLimit, model_config, pos_embed_side_limit, scheduler_config, sd3_side_limit,
                      shipped_variant)
 from ..text import SD3TextCondition
+from ..trace.meta_cache import cached_on_meta, first_argument, stack_transformer
 from ..weights import Component, load_component
 
 FAMILY = "sd3-controlnet-inpaint"
@@ -325,6 +326,7 @@ def soft_mask_latent(cond: InpaintCondition, soft_mask):
     return soft_mask_to_latent(soft_mask, cond.prepared.geometry, cond.control.shape[0], lh, lw)
 
 
+@cached_on_meta(first_argument)  # trace/meta_cache.py: faster on meta weights, same shapes
 def sample_sd3_controlnet_inpaint(
     transformer: Component | ExternalDenoiser,
     controlnet: Component,
@@ -546,6 +548,7 @@ class SD3ControlNetResult:
     image: object  # IMAGE [B,H,W,3] at the input's size
 
 
+@cached_on_meta(stack_transformer)  # trace/meta_cache.py: faster on meta weights, same shapes
 def run(stack: dict[str, Component], prompt: str, prepared: PreparedInput, *, negative_prompt: str = "",
         steps: int = 28, cfg: float = 7.0, control_scale: float = 0.95, control_start: float = 0.0,
         control_end: float = 1.0, shift: float | None = None, seed: int = 0, denoise: float = 1.0,

@@ -26,6 +26,7 @@ from ..pipelines import PIPELINES
 from ..models import weight_bytes
 from ..weights import Component, count_parameters
 from .cost import count_flops, estimate_peak_memory, measure_peak_cuda
+from .meta_cache import meta_op_cache
 from .lines import LineTracer
 from .modules import ModuleTracer
 
@@ -267,12 +268,15 @@ def trace_pipeline(family: str, stack: dict[str, Component], *, height=1024, wid
     wall = time.perf_counter() - t0
 
     stages = pipeline.stages(stack, prompt, prepared, done, seed=seed, **extra)
-    flops_total, per_module = count_flops(next(fn for label, _, fn in stages if label == "denoiser step"))
-    configs = {name: comp.config for name, comp in stack.items()}
-    spec = layout(family, configs)
-    params = _params(stack, pipeline.parameters_not_run(stack), spec["evidence"]["params_used_note"])
-    whole_run = lambda: pipeline.run(stack, prompt, prepared, steps=1, seed=seed, **extra)  # noqa: E731
-    peak = _peak_memory(whole_run, device, stages, stack) if memory else None
+    # on meta, the op cache under the FLOP counter and the memory estimator (entered first, so their modes see
+    # every op and it answers the kernels they call: meta_cache.py), the same counts, ~3x faster
+    with meta_op_cache(device == "meta"):
+        flops_total, per_module = count_flops(next(fn for label, _, fn in stages if label == "denoiser step"))
+        configs = {name: comp.config for name, comp in stack.items()}
+        spec = layout(family, configs)
+        params = _params(stack, pipeline.parameters_not_run(stack), spec["evidence"]["params_used_note"])
+        whole_run = lambda: pipeline.run(stack, prompt, prepared, steps=1, seed=seed, **extra)  # noqa: E731
+        peak = _peak_memory(whole_run, device, stages, stack) if memory else None
     micro = spec["micro"]
     micro_rows = _micro_rows(mt, micro["component"], micro["block_name"], stack[micro["component"]].model, device)
     stage_blocks = _stage_rows(mt, spec["denoiser"]["stages"], stack, per_module, device)
