@@ -16,7 +16,7 @@ torch, and stopping Ray), the summary's own seconds, and the job phase: from the
 up) to the last job's result (`on_result`); shutdown = from that result to the call's return. Jobs/s of the whole
 call and of the job phase, each against the in-process figure. Every configuration loads its three stacks inside
 its timing (fresh caches); a Ray worker imports the diffusers / transformers model classes when it starts
-(cluster.warm_imports, inside the start-up), which this process had done before (the builders import them): a
+(worker.warm_imports, inside the start-up), which this process had done before (the builders import them): a
 reference line measures that import in a fresh interpreter.
 
 Checks: every job ok in every run, and each image equal to the first in-process run's (numpy arrays of the
@@ -61,7 +61,7 @@ def ray_label(n: int) -> str:
 
 
 # a fresh interpreter's imports: what a Ray worker pays at start (torch + the batch module, then the diffusers /
-# transformers model classes the stacks load: cluster.warm_imports)
+# transformers model classes the stacks load: worker.warm_imports)
 IMPORT_PROBE = """
 import time
 t = time.perf_counter()

@@ -14,9 +14,6 @@ canvas of its own inside them):
   opens the node's table;
 - the FillScope sidebar tab opens the architecture viewer on the newest report, and closes again.
 
-What does not work yet is pinned as strict expected failures, each naming its cause (they fail once it is fixed, so
-the marker is dropped with the fix): the viewer's wider panel on 1.58.1, a Nodes 2.0 face redrawn at a new zoom.
-
 One server per frontend (the session's for 1.32.9; a second one on the same model folders for 1.58.1) and one page
 per frontend: loaded with the litegraph canvas, then switched to Nodes 2.0 on the page (the setting, live, as a user
 does). The graph runs once per frontend, on the litegraph canvas (a full-size FLUX Fill forward on meta weights:

@@ -205,6 +205,7 @@ LAYERS = {
     "fillscope.vae_tiles": 2,  # tiled VAE encode/decode: memory bounded by one tile (issue 23)
     "fillscope.condition": 3, "fillscope.sampling": 3, "fillscope.decode": 3,
     "fillscope.parallel": 3, "fillscope.speed": 3,
+    "fillscope.meta_cache": 3,  # runs on meta weights: repeated functional ops answered from a cache of their shapes
     "fillscope.pipelines": 4,
     "fillscope.trace": 5, "fillscope.batch": 5, "fillscope.compare": 5,
     "fillscope.tiled": 5,  # large images by overlapping tiles: a family's `run` per tile, blended (issue 23)

@@ -1,4 +1,4 @@
-"""fillscope/trace/meta_cache.py: a run on meta weights under the op cache gives what the plain run gives (every
+"""fillscope/meta_cache.py: a run on meta weights under the op cache gives what the plain run gives (every
 observed boundary shape, every output's shape, stride and dtype), the cache answers repeated calls, and it stays out
 of the way where it must: ops that alias or mutate, tensors not on meta, another dispatch mode active (the trace's
 FLOP counter and memory estimator), FILLSCOPE_META_OP_CACHE=0."""
@@ -11,7 +11,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from fillscope import masks
 from fillscope.pipelines import flux_fill
-from fillscope.trace import meta_cache
+from fillscope import meta_cache
 from tiny_models import comfy_tokenizer_dirs
 
 

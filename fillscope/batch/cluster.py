@@ -21,19 +21,7 @@ No wait is unbounded: a task (a job, a rank, a tile) that has not answered `task
 its worker killed (Ray restarts it) and its job fails as timed out; the workers' start, a group's address and a
 restart are waited for `timeout_s` at most.
 
-Workers kept between batches (`keep_workers_s` > 0, off by default): a caller that stays connected to a cluster
-(it called ray.init itself: a script or a server queueing several batches on one connection) may keep a batch's workers, with
-their resident stacks, for the next batch this process runs on that connection with the same plan (nodes, GPUs,
-CPUs, threads, max_resident): it starts no worker and loads no stack it already holds. Kept workers hold their
-GPU or CPU reservation and their models' memory, so the keep is bounded: they are stopped `keep_workers_s` after
-the batch that kept them (a timer; at most KEEP_WORKERS_MAX_S), by the next batch that does not keep them (the
-default: it reuses them, then stops them), by a batch with another plan, by `release_kept_workers()`, and with the
-connection (Ray stops a driver's actors when it disconnects). A worker that died, was restarted, timed out or was
-still running a task when its batch ended is never kept (then none of the batch's workers is), and a kept worker is
-asked its process id before it is reused: one that does not answer as the same process within KEPT_ANSWER_S (dead,
-restarting, restarted) makes the batch start new workers (the kept ones stopped). A cluster a call connects or starts itself (`address`
-given while this process has no Ray) is disconnected or stopped at the call's end, its workers with it: nothing is
-kept then.
+Workers kept between batches (`keep_workers_s` > 0, off by default): keep.py.
 
 Paths in the manifest (models, images, masks) are read by the workers: on a cluster they must name the same files
 on every node (a shared or copied folder), and a spread job's image and mask also by the driver; the outputs need
@@ -42,8 +30,6 @@ no shared folder.
 
 from __future__ import annotations
 
-import os
-import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -52,10 +38,13 @@ from typing import NamedTuple
 
 from ..errors import FillScopeInputError
 from .manifest import Job
+from .keep import (KEPT_ANSWER_S, _keep, _KeptWorkers, _take_kept, check_keep_workers, kept_worker_pids,  # noqa: F401
+                   release_kept_workers)
 from .reach import CONNECT_TIMEOUT_S, join, refuse_while_given_up
-from .runner import (LOG, JobOutput, JobResult, ModelCache, _Progress, append_line, describe_error, pending_jobs,
+from .runner import (LOG, JobOutput, JobResult, _Progress, append_line, describe_error, pending_jobs,
                      stack_key, summarise)
-from .tiles import SpreadJob, TileDone, spreads, tile_on_worker
+from .tiles import SpreadJob, TileDone, spreads
+from .worker import JobWorker
 
 MAX_RESTARTS = 2  # Ray restarts a dead worker this many times before it is given up
 MAX_ATTEMPTS = 3  # workers a job may see die under it before it fails
@@ -64,9 +53,7 @@ LOCAL_OBJECT_STORE_BYTES = 512 * 1024**2  # a local cluster's object store: resu
 TASK_TIMEOUT_S = 6 * 3600.0  # a job, a rank or a tile that has not answered by then is taken as hung
 WAIT_SLICE_S = 5.0  # the driver's wait for the next answer, between two looks at the deadlines
 KILL_GRACE_S = 60.0  # after a hung task's worker is killed, how long its call may take to fail
-KEEP_WORKERS_MAX_S = 3600.0  # the longest a batch's workers may be kept idle for the next batch (keep_workers_s)
-KEPT_ANSWER_S = 60.0  # how long a kept worker may take to answer before the next batch starts new workers instead,
-# and how long a batch that keeps its workers waits for their stray calls (tiles of a job already failed) to end
+
 
 
 def import_ray():
@@ -77,76 +64,6 @@ def import_ray():
                                   "pip install 'fillscope[cluster]' (ray 2.60 or newer), or run the batch "
                                   "without --ray (in this process).") from e
     return ray
-
-
-# --- the worker -------------------------------------------------------------------------------------------------------
-
-WARM_DIFFUSERS = ("AutoencoderKL", "AutoencoderKLFlux2", "FluxTransformer2DModel", "Flux2Transformer2DModel",
-                  "SD3Transformer2DModel", "SD3ControlNetModel")
-WARM_TRANSFORMERS = ("CLIPTextModel", "CLIPTextModelWithProjection", "T5EncoderModel", "Qwen3Model")
-
-
-def warm_imports() -> None:
-    """The model classes the stacks are built from, imported while the workers start (in parallel, before the first
-    job) instead of inside each worker's first job: 4.5 s in a fresh interpreter here (bench/bench_batch_ray.py)."""
-    import diffusers
-    import transformers
-
-    for module, names in ((diffusers, WARM_DIFFUSERS), (transformers, WARM_TRANSFORMERS)):
-        for name in names:
-            getattr(module, name)  # both packages import a class on first access
-
-
-class JobWorker:
-    """A Ray actor's class (wrapped by ray.remote when a batch starts): a ModelCache kept between jobs."""
-
-    def __init__(self, device: str, max_resident: int, threads: int):
-        import torch
-
-        torch.set_num_threads(threads)
-        self.cache = ModelCache(max_resident, device)
-        warm_imports()
-
-    def where(self) -> str:
-        import ray
-
-        return f"node {ray.get_runtime_context().get_node_id()[:8]} pid {os.getpid()}"
-
-    def pid(self) -> int:
-        return os.getpid()
-
-    def address(self) -> tuple[str, int]:
-        from ..parallel.ray_ranks import rank_address
-
-        return rank_address()
-
-    def run(self, job: Job, key: str) -> JobOutput:
-        from .runner import compute_job
-
-        output = compute_job(job, self.cache, key=key)
-        output.result.worker = self.where()
-        return output
-
-    def run_tile(self, job: Job, key: str, work) -> TileDone:
-        """One tile of a spread job (tiles.tile_on_worker) on this worker's resident stack."""
-        return tile_on_worker(self.cache, job, work, self.where())
-
-    def run_rank(self, job: Job, key: str, rank: int, settings: tuple) -> JobOutput | None:
-        """The job as `rank` of a group of workers (ray_ranks.run_rank), on this worker's resident stack: rank 0's
-        output, None on the other ranks."""
-        from functools import partial
-
-        from ..parallel.ray_ranks import raise_rank_errors, run_rank
-        from .runner import compute_job
-
-        # compute_job returns a job's failure as its error; what run_rank hands back besides "ok" (the group could
-        # not form: a lost peer) is raised here, as a failed task the driver reruns or reports
-        output = raise_rank_errors([run_rank(rank, settings, partial(compute_job, job, self.cache, key=key,
-                                                                      in_group=True), ())])
-        if rank != 0:
-            return None
-        output.result.worker = f"{self.where()} (rank 0 of {settings[0]})"
-        return output
 
 
 @dataclass(frozen=True)
@@ -570,114 +487,6 @@ class RayBatch:
                 self.ray.kill(w.handle)
             except Exception:  # noqa: BLE001  (already gone)
                 pass
-
-
-# --- workers kept between batches (module docstring) -------------------------------------------------------------------
-
-@dataclass
-class _KeptWorkers:
-    """A finished batch's workers, idle, kept for the next batch on the same connection and plan."""
-
-    connection: tuple  # _connection(ray) when they were kept: the driver's connection that owns them
-    plan: tuple  # (the WorkerSpecs, max_resident) they were started for
-    workers: list  # _Worker, with the driver's mirror of their resident stacks
-    pids: list  # each worker's process id
-    timer: threading.Timer | None = None
-
-
-_kept: _KeptWorkers | None = None
-_kept_lock = threading.Lock()
-
-
-def _connection(ray) -> tuple:
-    """This process's connection to its cluster: the cluster (GCS address, session) and this driver's worker id,
-    new at every ray.init."""
-    ctx = ray.get_runtime_context()
-    return ctx.gcs_address, ctx.get_session_name(), ctx.get_worker_id()
-
-
-def _stop_workers(ray, workers: list) -> None:
-    for w in workers:
-        try:
-            ray.kill(w.handle)
-        except Exception:  # noqa: BLE001  (already gone, or the connection with it)
-            pass
-
-
-def _release(kept: _KeptWorkers | None) -> None:
-    """The kept workers stopped (when they are still the ones kept, and their connection is still this process's)."""
-    global _kept
-    with _kept_lock:
-        if kept is None or _kept is not kept:
-            return
-        _kept = None
-    if kept.timer is not None:
-        kept.timer.cancel()
-    ray = import_ray()
-    try:
-        same = ray.is_initialized() and _connection(ray) == kept.connection
-    except Exception:  # noqa: BLE001  (disconnected meanwhile: Ray stopped its actors with the connection)
-        same = False
-    if same:
-        _stop_workers(ray, kept.workers)
-
-
-def release_kept_workers() -> None:
-    """Stops the workers a batch kept (run_batch_on_ray's keep_workers_s) now, if any."""
-    _release(_kept)
-
-
-def kept_worker_pids() -> list[int]:
-    """The process ids of the workers kept for the next batch ([] when none are kept)."""
-    kept = _kept
-    return list(kept.pids) if kept is not None else []
-
-
-def _take_kept(ray, plan: tuple, timeout_s: float) -> _KeptWorkers | None:
-    """The kept workers for a batch of `plan` on this connection, each alive as the same process it was kept as
-    (asked within `timeout_s`); else None, and any kept workers stopped (another plan or connection, or one of them
-    dead, restarting or restarted)."""
-    global _kept
-    with _kept_lock:
-        kept, _kept = _kept, None
-    if kept is None:
-        return None
-    if kept.timer is not None:
-        kept.timer.cancel()
-    usable = kept.plan == plan and _connection(ray) == kept.connection
-    if usable:
-        try:
-            pids = ray.get([w.handle.pid.remote() for w in kept.workers], timeout=timeout_s)
-            usable = list(pids) == kept.pids
-        except Exception:  # noqa: BLE001  (dead, restarting or not answering: started afresh)
-            usable = False
-    if usable:
-        return kept
-    if _connection(ray) == kept.connection:
-        _stop_workers(ray, kept.workers)
-    return None
-
-
-def _keep(ray, batch: RayBatch, plan: tuple, keep_s: float) -> None:
-    """The batch's workers kept for the next batch, stopped after `keep_s` seconds if none takes them."""
-    global _kept
-    kept = _KeptWorkers(_connection(ray), plan, batch.workers, [batch.pids[id(w)] for w in batch.workers])
-    for w in kept.workers:
-        w.busy, w.deadline = None, None
-    kept.timer = threading.Timer(keep_s, _release, args=(kept,))
-    kept.timer.daemon = True
-    with _kept_lock:
-        previous, _kept = _kept, kept
-    _release(previous)  # none expected: this batch took them
-    kept.timer.start()
-
-
-def check_keep_workers(keep_workers_s) -> float:
-    if isinstance(keep_workers_s, bool) or not isinstance(keep_workers_s, (int, float)) \
-            or not 0 <= keep_workers_s <= KEEP_WORKERS_MAX_S:
-        raise FillScopeInputError("keep_workers_s", f"is {keep_workers_s!r}.",
-                                  f"give seconds from 0 (stop the workers after the batch) to {KEEP_WORKERS_MAX_S:g}.")
-    return float(keep_workers_s)
 
 
 def run_batch_on_ray(jobs: list[Job], out_dir, *, address: str = "local", workers: int = 1, device: str = "auto",

@@ -64,7 +64,7 @@ from ..specs import (
     unpack_latents,
 )
 from ..text import FluxTextCondition
-from ..trace.meta_cache import cached_on_meta, first_argument, stack_transformer
+from ..meta_cache import cached_on_meta, first_argument, stack_transformer
 from ..weights import Component, load_component
 
 FAMILY = "flux-fill"
@@ -219,7 +219,7 @@ def transformer_velocity(model, tokens, t, guidance, text, txt_ids, img_ids):
                  encoder_hidden_states=hidden_text, txt_ids=txt_ids, img_ids=img_ids, return_dict=False)[0]
 
 
-@cached_on_meta(first_argument)  # trace/meta_cache.py: faster on meta weights, same shapes
+@cached_on_meta(first_argument)  # fillscope/meta_cache.py: faster on meta weights, same shapes
 def sample_flux_fill(
     transformer: Component | ExternalDenoiser,
     text: FluxTextCondition,
@@ -382,7 +382,7 @@ class FluxFillResult:
     image: object  # IMAGE [B,H,W,3] at the input's size
 
 
-@cached_on_meta(stack_transformer)  # trace/meta_cache.py: faster on meta weights, same shapes
+@cached_on_meta(stack_transformer)  # fillscope/meta_cache.py: faster on meta weights, same shapes
 def run(stack: dict[str, Component], prompt: str, prepared: PreparedInput, *, steps: int = 28,
         guidance: float = 30.0, seed: int = 0, denoise: float = 1.0, callback=None, noise=None,
         observe=None, timings: dict | None = None, place=None, soft_mask=None, parallel: int = 1,

@@ -9,7 +9,7 @@
     4. decode_to_image          BatchNorm undone, unpatchified [B,32,H/8,W/8] -> IMAGE [B,H,W,3]
 
 `run` calls them in this order (`run_edit` for the mask-free edit); each node calls one of them; the trace driver
-runs `run` under its tracers.
+runs `run` under its tracers. On meta weights `run`, `run_edit` and `sample_klein` use fillscope/meta_cache.py.
 
 Follows diffusers' Flux2KleinInpaintPipeline and Flux2KleinPipeline step for step (chat template, stacked layers,
 noise drawn as [B,128,h,w], empirical mu, strength as img2img, per-step re-blend, reference ids), with these
@@ -44,7 +44,7 @@ from ..sampling import (ExternalDenoiser, blend_with_source, check_external_opti
                         flux_sigma_min, flux_sigmas, initial_noise, require_finite_first_step, require_finite_result,
                         require_noise_shape, soft_mask_to_latent, tell_schedule, truncate_for_denoise)
 from ..specs import MIN_SIDE, shipped_config
-from ..trace.meta_cache import cached_on_meta, first_argument, stack_transformer
+from ..meta_cache import cached_on_meta, first_argument, stack_transformer
 from ..weights import Component, load_component
 
 FAMILY = "klein"
@@ -106,8 +106,7 @@ def encode_prompt(qwen3: Component, prompt: str, *, max_length: int = QWEN3_MAX_
     (text.split_prompts: separated by lines ---) are encoded one by one and stacked along the batch [n,...]: prompt
     k for image k of the batch (crop k of Crop For Inpaint with regions)."""
     observe = observer_or_noop(observe)
-    out = text_ops.concat_batch([text_ops.encode_qwen3(qwen3, p, max_length)
-                                 for p in text_ops.split_prompts(prompt)])
+    out = text_ops.concat_batch([text_ops.encode_qwen3(qwen3, p, max_length) for p in text_ops.split_prompts(prompt)])
     observe("qwen3.input_ids", out.input_ids)  # [B,512]
     observe("qwen3.attention_mask", out.attention_mask)  # [B,512]
     observe("prompt_embeds", out.embeds)  # [B,512,7680]
@@ -117,8 +116,7 @@ def encode_prompt(qwen3: Component, prompt: str, *, max_length: int = QWEN3_MAX_
 # --- 2. condition -------------------------------------------------------------------------------------------------
 
 def pack_tokens(latents):
-    """[B,128,h,w] -> [B,h*w,128]: one token per latent position (the 2x2 patching already happened in the VAE
-    step), row-major like diffusers' Flux2 _pack_latents."""
+    """[B,128,h,w] -> [B,h*w,128]: one token a latent position (VAE did the 2x2 patching), as Flux2 _pack_latents."""
     b, c, h, w = latents.shape
     return latents.reshape(b, c, h * w).permute(0, 2, 1)
 
@@ -323,7 +321,7 @@ def soft_mask_latent(cond: KleinCondition, soft_mask):
                                cond.latent_width)
 
 
-@cached_on_meta(first_argument)  # trace/meta_cache.py: faster on meta weights, same shapes
+@cached_on_meta(first_argument)
 def sample_klein(transformer: Component | ExternalDenoiser, text: KleinText, cond: KleinCondition, *,
                  steps: int = DISTILLED_STEPS, guidance: float = BASE_GUIDANCE, distilled: bool = True,
                  negative: KleinText | None = None, strength: float = 1.0, seed: int = 0, callback=None, noise=None,
@@ -461,10 +459,9 @@ def sample_klein(transformer: Component | ExternalDenoiser, text: KleinText, con
                 observe("transformer.input", model_input)
                 observe("transformer.output", out)
                 observe("transformer.output.kept", velocity)
-                require_finite_first_step("transformer", velocity, (
-                    ("text", [prompt], "the Qwen3 text encoder"),
-                    ("condition", references, "the FLUX.2 VAE (reference latents)"),
-                ), component=None if external else transformer)
+                require_finite_first_step("transformer", velocity, (("text", [prompt], "the Qwen3 text encoder"),
+                                          ("condition", references, "the FLUX.2 VAE (reference latents)")),
+                                          component=None if external else transformer)
             x = euler_step(x, velocity, on_device[i], on_device[i + 1])
             if soft is not None:
                 free = differential_mask(soft_tokens, step_sigmas[i], sigma_first, sigma_end)
@@ -519,7 +516,7 @@ def _encode_texts(qwen3, prompt, negative_prompt, use_cfg, observe):
     return positive, negative
 
 
-@cached_on_meta(stack_transformer)  # trace/meta_cache.py: faster on meta weights, same shapes
+@cached_on_meta(stack_transformer)
 def run(stack: dict[str, Component], prompt: str, prepared: PreparedInput, *, reference=None,
         negative_prompt: str = "", steps: int = DISTILLED_STEPS, guidance: float = BASE_GUIDANCE,
         model_type: str = "auto", strength: float = 1.0, token_mask: str = "cover", seed: int = 0,
@@ -546,7 +543,7 @@ def run(stack: dict[str, Component], prompt: str, prepared: PreparedInput, *, re
     return KleinResult(positive, negative, condition, latent, image)
 
 
-@cached_on_meta(stack_transformer)  # trace/meta_cache.py: faster on meta weights, same shapes
+@cached_on_meta(stack_transformer)
 def run_edit(stack: dict[str, Component], prompt: str, references: list, *, width: int = 0, height: int = 0,
              negative_prompt: str = "", steps: int = DISTILLED_STEPS, guidance: float = BASE_GUIDANCE,
              model_type: str = "auto", seed: int = 0, callback=None, noise=None, observe=None,

@@ -38,27 +38,14 @@ from ..errors import FillScopeInputError
 from ..masks import PreparedInput, require_grid
 from ..observe import observe_step, observer_or_noop, stage
 from ..parallel.cfg import check_cfg_parallel, gather_guidance_pair, rank_pass
-from ..sampling import (
-    ExternalDenoiser,
-    blend_with_source,
-    check_external_options,
-    check_finite_settings,
-    check_steps_and_denoise,
-    describe_soft_mask,
-    differential_mask,
-    differential_range,
-    euler_step,
-    require_finite_first_step,
-    require_finite_result,
-    soft_mask_to_latent,
-    starting_point,
-    static_shift_sigma_min,
-    static_shift_sigmas,
-    tell_schedule)
+from ..sampling import (ExternalDenoiser, blend_with_source, check_external_options, check_finite_settings,
+                        check_steps_and_denoise, describe_soft_mask, differential_mask, differential_range, euler_step,
+                        require_finite_first_step, require_finite_result, soft_mask_to_latent, starting_point,
+                        static_shift_sigma_min, static_shift_sigmas, tell_schedule)
 from ..specs import (MIN_SIDE, SideLimit, model_config, pos_embed_side_limit, scheduler_config, sd3_side_limit,
                      shipped_variant)
 from ..text import SD3TextCondition
-from ..trace.meta_cache import cached_on_meta, first_argument, stack_transformer
+from ..meta_cache import cached_on_meta, first_argument, stack_transformer
 from ..weights import Component, load_component
 
 FAMILY = "sd3-controlnet-inpaint"
@@ -326,7 +313,7 @@ def soft_mask_latent(cond: InpaintCondition, soft_mask):
     return soft_mask_to_latent(soft_mask, cond.prepared.geometry, cond.control.shape[0], lh, lw)
 
 
-@cached_on_meta(first_argument)  # trace/meta_cache.py: faster on meta weights, same shapes
+@cached_on_meta(first_argument)  # fillscope/meta_cache.py: faster on meta weights, same shapes
 def sample_sd3_controlnet_inpaint(
     transformer: Component | ExternalDenoiser,
     controlnet: Component,
@@ -548,7 +535,7 @@ class SD3ControlNetResult:
     image: object  # IMAGE [B,H,W,3] at the input's size
 
 
-@cached_on_meta(stack_transformer)  # trace/meta_cache.py: faster on meta weights, same shapes
+@cached_on_meta(stack_transformer)  # fillscope/meta_cache.py: faster on meta weights, same shapes
 def run(stack: dict[str, Component], prompt: str, prepared: PreparedInput, *, negative_prompt: str = "",
         steps: int = 28, cfg: float = 7.0, control_scale: float = 0.95, control_start: float = 0.0,
         control_end: float = 1.0, shift: float | None = None, seed: int = 0, denoise: float = 1.0,

@@ -26,7 +26,7 @@ from ..pipelines import PIPELINES
 from ..models import weight_bytes
 from ..weights import Component, count_parameters
 from .cost import count_flops, estimate_peak_memory, measure_peak_cuda
-from .meta_cache import meta_op_cache
+from ..meta_cache import meta_op_cache
 from .lines import LineTracer
 from .modules import ModuleTracer
 
