@@ -13,11 +13,15 @@ async def comfy_entrypoint():
 
     from .nodes import all_nodes
     from .nodes.live import add_routes
+    from .nodes.wires import add_route as add_wires_route
+    from .nodes.wires import install as record_wires
 
     class FillScopeExtension(ComfyExtension):
         async def get_node_list(self):
             # ComfyUI 0.3.75 calls no on_load; the server's routes are added after this list is read
             add_routes()  # GET /fillscope/live: the Inspect nodes' records of later calls (nodes/live.py)
+            record_wires()  # every node's outputs, GET /fillscope/wires (nodes/wires.py; FILLSCOPE_WIRES=off: none)
+            add_wires_route()
             return all_nodes()
 
     return FillScopeExtension()
