@@ -315,11 +315,13 @@ def load_qwen3_tokenizer(folder: Path):
         raise FillScopeInputError(
             "qwen3 tokenizer", f"'{folder}' has no {' or '.join(missing)} (Qwen's byte-level BPE files).",
             "use the klein repository's tokenizer/ folder, or a folder with Qwen's vocab.json and merges.txt.")
-    assembled = Path(tempfile.mkdtemp(prefix="fillscope-qwen3-tokenizer-"))
-    for name in ("vocab.json", "merges.txt"):
-        shutil.copyfile(folder / name, assembled / name)
-    shutil.copyfile(QWEN3_TOKENIZER_CONFIG, assembled / "tokenizer_config.json")
-    return AutoTokenizer.from_pretrained(str(assembled))
+    # assembled in a folder that goes once the tokenizer is read (it keeps nothing open there): 4.5 MB a load was
+    # left in the temporary folder for as long as the machine ran
+    with tempfile.TemporaryDirectory(prefix="fillscope-qwen3-tokenizer-") as assembled:
+        for name in ("vocab.json", "merges.txt"):
+            shutil.copyfile(folder / name, Path(assembled) / name)
+        shutil.copyfile(QWEN3_TOKENIZER_CONFIG, Path(assembled) / "tokenizer_config.json")
+        return AutoTokenizer.from_pretrained(assembled)
 
 
 def load_qwen3(source, *, dtype="bf16", device="auto", seed=0, variant: str | None = None,

@@ -9,6 +9,7 @@ pinned down on its own below."""
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import pytest
 import torch
@@ -161,9 +162,16 @@ def test_same_seed_same_image_and_another_seed_another(stacks, inputs):
 
 
 def test_qwen3_tokenizer_from_comfyui_bpe_has_qwen3_special_tokens_and_template():
+    import tempfile
+
     from fillscope.text import load_qwen3_tokenizer, qwen3_chat_text
 
-    tok = load_qwen3_tokenizer(qwen_bpe_dir())
+    def assembled_folders():
+        return set(Path(tempfile.gettempdir()).glob("fillscope-qwen3-tokenizer-*"))
+
+    before = assembled_folders()
+    tok = load_qwen3_tokenizer.__wrapped__(qwen_bpe_dir())  # past the lru_cache: assembled in this call
+    assert assembled_folders() <= before  # the copy it read is gone
     assert tok.convert_ids_to_tokens([151665, 151666, 151667, 151668]) == [
         "<tool_response>", "</tool_response>", "<think>", "</think>"]
     text = qwen3_chat_text(tok, "a red hat")
