@@ -15,6 +15,7 @@ from comfy_api.latest import io
 from ..fillscope.trace.records import ShapeRecorder
 from . import common as c
 from .inspect_calls import CATEGORY, MAX_TENSORS, InspectNode, is_tensor, short
+from .wires import value_leaves
 
 
 def upstream_type(prompt, node_id, input_name: str = "value", depth: int = 16) -> tuple[str, str] | None:
@@ -60,23 +61,15 @@ class _Budget:
 def record_tree(rec: ShapeRecorder, name: str, value, budget: _Budget, depth: int = 0) -> None:
     """Every tensor in `value` (tensors, lists/tuples and dicts of them, FillScope's Traced and dataclass-like
     objects are not opened) as a measured row named by its path; scalars and other objects as facts."""
-    if is_tensor(value):
-        if budget.left > 0:
-            budget.left -= 1
-            rec.tensor(name, value)
+    for path, leaf in value_leaves(value, name, depth, max_depth=4):
+        if is_tensor(leaf):
+            if budget.left > 0:
+                budget.left -= 1
+                rec.tensor(path, leaf)
+            else:
+                budget.skipped += 1
         else:
-            budget.skipped += 1
-        return
-    if depth < 4 and isinstance(value, dict):
-        for key, item in value.items():
-            record_tree(rec, f"{name}.{key}" if name else str(key), item, budget, depth + 1)
-        return
-    if depth < 4 and isinstance(value, (list, tuple)) and any(is_tensor(v) or isinstance(v, (dict, list, tuple))
-                                                             for v in value):
-        for i, item in enumerate(value):
-            record_tree(rec, f"{name}[{i}]", item, budget, depth + 1)
-        return
-    rec.fact(name or "value", short(value))
+            rec.fact(path or "value", short(leaf))
 
 
 def record_value(rec: ShapeRecorder, value, kind: str) -> None:

@@ -66,8 +66,8 @@ def install(execution_module=None) -> str:
         if execution_module is None:
             return _set_status("off (ComfyUI's execution module is not loaded)")
     original = getattr(execution_module, "get_output_data", None)
-    if getattr(original, "_fillscope_wires", False):
-        return _set_status("on")
+    if getattr(original, "_fillscope_wires", False):  # installed already: on, or off since (a result it could not read)
+        return status()
     reason = _unexpected(original)
     if reason:
         return _set_status(f"off ({reason})", log_it=True)
@@ -167,23 +167,31 @@ def summarize(value, kind: str = "") -> dict:
 
 
 def _walk(out: dict, name: str, value, left: list, depth: int) -> None:
+    for path, leaf in value_leaves(value, name, depth, max_depth=5):
+        if is_tensor(leaf):
+            left[0] -= 1
+            if left[0] >= 0:
+                out["tensors"].append({"name": path or "tensor", "shape": list(leaf.shape),
+                                       "dtype": str(leaf.dtype).removeprefix("torch."), "device": str(leaf.device)})
+        elif len(out["facts"]) < MAX_TENSORS:
+            out["facts"][path or "value"] = _fact(leaf)
+
+
+def value_leaves(value, name: str = "", depth: int = 0, max_depth: int = 5):
+    """(path, leaf) for each tensor and each other leaf inside `value`: dicts by key (`name.key`), lists and tuples
+    that hold tensors or containers by index (`name[i]`), to `max_depth` levels; a list of plain values is one leaf.
+    The walk the wire recorder and the Inspect node (inspect_values.record_tree) share."""
     if is_tensor(value):
-        left[0] -= 1
-        if left[0] >= 0:
-            out["tensors"].append({"name": name or "tensor", "shape": list(value.shape),
-                                   "dtype": str(value.dtype).removeprefix("torch."), "device": str(value.device)})
-        return
-    if depth < 5 and isinstance(value, dict):
+        yield name, value
+    elif depth < max_depth and isinstance(value, dict):
         for key, item in value.items():
-            _walk(out, f"{name}.{key}" if name else str(key), item, left, depth + 1)
-        return
-    if depth < 5 and isinstance(value, (list, tuple)) and any(is_tensor(v) or isinstance(v, (dict, list, tuple))
-                                                             for v in value):
+            yield from value_leaves(item, f"{name}.{key}" if name else str(key), depth + 1, max_depth)
+    elif depth < max_depth and isinstance(value, (list, tuple)) and any(
+            is_tensor(v) or isinstance(v, (dict, list, tuple)) for v in value):
         for i, item in enumerate(value):
-            _walk(out, f"{name}[{i}]", item, left, depth + 1)
-        return
-    if len(out["facts"]) < MAX_TENSORS:
-        out["facts"][name or "value"] = _fact(value)
+            yield from value_leaves(item, f"{name}[{i}]", depth + 1, max_depth)
+    else:
+        yield name, value
 
 
 def _fact(value):

@@ -135,6 +135,7 @@ def test_a_result_of_another_shape_switches_recording_off_and_is_handed_back(cap
         assert asyncio.run(module.get_output_data("p", "2", Node, {})) is odd
     assert wires.status().startswith("off (") and wires.records_of("p") == {}
     assert len(caplog.records) == 1
+    assert wires.install(module) == wires.status() != "on"  # installing again does not switch it back on
 
 
 def test_a_failure_inside_the_recorder_is_logged_once_and_the_prompt_goes_on(monkeypatch, caplog):
