@@ -17,6 +17,7 @@ from ..fillscope.trace.records import ShapeRecorder, dtype_name
 from . import common as c
 from . import live
 from .base import FillScopeNode
+from .wire_values import fact
 
 CATEGORY = c.CATEGORY + "/inspect"
 MAX_TENSORS = 64  # tensor rows one value records at most (a batch of reference latents ...); the rest counted
@@ -39,17 +40,11 @@ def is_tensor(value) -> bool:
 
 
 def short(value):
-    """A fact's value: numbers, text (cut), None and short lists as they are, anything else its type's name."""
-    if value is None or isinstance(value, (bool, int, float)):
-        return value
-    if isinstance(value, str):
-        return value if len(value) <= MAX_TEXT else value[: MAX_TEXT - 3] + "..."
-    if isinstance(value, (list, tuple)) and all(v is None or isinstance(v, (bool, int, float, str)) for v in value):
-        items = [short(v) for v in value[:MAX_FACT_ITEMS]]
-        return items + [f"... ({len(value)} in all)"] if len(value) > MAX_FACT_ITEMS else items
+    """A fact's value: a tensor as its shape and dtype, anything else as the wire recorder writes it (wire_values.fact:
+    numbers, NaN as text, text and lists cut, other objects by their type's name)."""
     if is_tensor(value):
         return f"tensor {list(value.shape)} {dtype_name(value.dtype)}"
-    return type(value).__name__
+    return fact(value, MAX_TEXT, MAX_FACT_ITEMS)
 
 
 # ---- FillScope Inspect: any value --------------------------------------------------------------------------------

@@ -48,13 +48,13 @@ from ..fillscope.trace.records import (
 from . import common as c
 from . import live
 from .inspect_calls import InspectNode, executing_node
+from .wire_calls import add_row, add_rows, diffusion_inputs
 
 log = logging.getLogger(__name__)
 KEY = "fillscope_inspect_model"
 TITLE = "Inspect Model"
 BLOCK = re.compile(r"(double_blocks|single_blocks|joint_blocks|transformer_blocks|blocks)\.\d+")
 APPLY_ARGS = ("x", "t", "c_concat", "c_crossattn", "control", "transformer_options")
-MAX_LIST_ROWS = 4  # rows for a list argument (ref_latents ...): its first items
 PART = {0: "cond", 1: "uncond"}
 
 
@@ -232,21 +232,13 @@ class Run:
         if call is None or call["dm_seen"]:
             return
         call["dm_seen"] = True
-        rows = call["rows"]
-        if args:
-            _add(rows, "x (diffusion model in)", args[0], "input")
-        if len(args) > 1:
-            _add(rows, "timestep", args[1], "input")
-        for name, value in list(kwargs.items()) + [(f"arg{i}", a) for i, a in enumerate(args[2:], 2)]:
-            if name in ("transformer_options", "control"):
-                continue
-            _add_any(rows, {"y": "y (pooled)"}.get(name, name), value, "input")
+        diffusion_inputs(call["rows"], args, kwargs)  # the boundary the wire recorder reads too
 
     def _dm_post(self, module, args, kwargs, output):
         call = self.call
         if call is not None and not call["dm_out"]:
             call["dm_out"] = True
-            _add_any(call["rows"], "diffusion model out", output, "output")
+            add_rows(call["rows"], "diffusion model out", output, "output")
 
     # -- one model call ---------------------------------------------------------------------------------------------
     def apply_model(self, executor, args, kwargs):
@@ -261,9 +253,9 @@ class Run:
         parts = [PART.get(i, str(i)) for i in sorted(options.get("cond_or_uncond") or [])]
         call = self.call = {"rows": [], "dm_seen": False, "dm_out": False}
         rows = call["rows"]
-        _add(rows, "x (sampler latent)", x, "input")
-        _add(rows, "sigma", t, "input")
-        _add(rows, "c_concat (concatenated to x)", bound.get("c_concat"), "input")
+        add_row(rows, "x (sampler latent)", x, "input")
+        add_row(rows, "sigma", t, "input")
+        add_row(rows, "c_concat (concatenated to x)", bound.get("c_concat"), "input")
         control = bound.get("control")
         if isinstance(x, torch.Tensor):
             self.device = x.device
@@ -279,15 +271,15 @@ class Run:
             self.call = None
         wall = time.perf_counter() - t0
         if not call["dm_seen"]:  # a model whose diffusion model was not called through nn.Module.__call__
-            _add(rows, "context", bound.get("c_crossattn"), "input")
+            add_row(rows, "context", bound.get("c_crossattn"), "input")
             for name, value in kwargs.items():
-                _add_any(rows, name, value, "input")
+                add_rows(rows, name, value, "input")
         if isinstance(control, dict):
             for part, items in control.items():
                 tensors = [i for i in (items or []) if isinstance(i, torch.Tensor)]
                 if tensors:
-                    _add(rows, f"control.{part} ({len(tensors)} residuals, first)", tensors[0], "input")
-        _add(rows, "denoised (apply_model out)", out, "output")
+                    add_row(rows, f"control.{part} ({len(tensors)} residuals, first)", tensors[0], "input")
+        add_row(rows, "denoised (apply_model out)", out, "output")
         batch = int(x.shape[0]) if isinstance(x, torch.Tensor) and x.ndim else 0
         self.calls.append({"step": step, "sigma": sigma, "batch": batch, "parts": parts, "wall_s": wall})
         first_step = self.calls[0]["step"]
@@ -387,22 +379,6 @@ def sampled_by(guider) -> str:
     FillScope's FLUX Fill sampler) and the node that is executing (the sampler node)."""
     node = executing_node()
     return type(guider).__name__ + (f" (node {node})" if node else "")
-
-
-def _add(rows: list, name: str, t, role: str) -> None:
-    import torch
-
-    if isinstance(t, torch.Tensor):
-        rows.append((name, role, tuple(int(d) for d in t.shape), dtype_name(t.dtype), t.device.type))
-
-
-def _add_any(rows: list, name: str, value, role: str) -> None:
-    """A tensor, or the first items of a list/tuple of tensors (ref_latents ...); anything else is left out."""
-    if isinstance(value, (list, tuple)):
-        for i, item in enumerate(value[:MAX_LIST_ROWS]):
-            _add(rows, f"{name}[{i}]", item, role)
-    else:
-        _add(rows, name, value, role)
 
 
 def _without_options(signature: str) -> str:

@@ -15,7 +15,7 @@ from comfy_api.latest import io
 from ..fillscope.trace.records import ShapeRecorder
 from . import common as c
 from .inspect_calls import CATEGORY, MAX_TENSORS, InspectNode, is_tensor, short
-from .wires import value_leaves
+from .wire_values import value_leaves
 
 
 def upstream_type(prompt, node_id, input_name: str = "value", depth: int = 16) -> tuple[str, str] | None:

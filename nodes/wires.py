@@ -1,24 +1,31 @@
-"""The wire recorder: what every node of every prompt handed on, on each of its outputs, with no node inserted
-(issue 33, first part: the records and their route; the canvas labels and the model calls come next).
+"""The wire recorder: what every node of every prompt handed on, on each of its outputs, with no node inserted, and
+what the MODEL, CLIP and VAE on a wire were called with later (issue 33).
 
 How: ComfyUI's executor gets a node's outputs from `execution.get_output_data(prompt_id, unique_id, obj,
-input_data_all, ...)`, an async function it calls by its module name; `install()` replaces it with one that awaits
-the original, hands its result back as it came (the same tuple, the same objects) and, before that, writes a record
-of the outputs' metadata. A record keeps no reference to a tensor or a model: shapes, dtypes, devices, classes and
-the widths ComfyUI's objects carry, read without touching a tensor's values (no GPU synchronisation).
+input_data_all, ...)`, an async function it calls by its module name; `install()` replaces it with one that
+- watches the MODEL / CLIP / VAE among the node's inputs while it runs (nodes/wire_calls.py: forward hooks, removed
+  when the node returns) and writes their calls onto the record of the wire that brought them, with this node's id;
+- awaits the original and hands its result back as it came (the same tuple, the same objects), after writing a
+  record of the outputs' metadata (nodes/wire_values.py).
+Nodes ComfyUI serves from its cache run no function: `PromptExecutor.add_message` is wrapped too, and at its
+`execution_cached` message the cached outputs (the very objects the prompt will use) are recorded, marked cached.
+A record keeps no reference to a tensor or a model: shapes, dtypes, devices, classes and widths.
 
 Where it stays out of the way:
 - `FILLSCOPE_WIRES=off` (or 0 / false / no): nothing is patched;
 - a ComfyUI whose executor has no such function, or one of another signature, or whose result is not the
   (outputs, ui, has_subgraph, has_pending_tasks) tuple: the recorder switches itself off, one log line saying what
-  it did not find, and every prompt runs as without it;
+  it did not find, and every prompt runs as without it (no add_message of the expected shape: cached nodes only
+  go unrecorded, with one line);
 - a value it cannot read: the record says so; any other failure is logged once and recording goes on for the next
   node. Nothing of a node's run waits on it.
 
-Records: `GET /fillscope/wires?prompt_id=ID` answers {"prompt_id", "nodes": {node id: RECORD}} for the newest
-MAX_PROMPTS prompts; without a prompt id, {"status", "prompts": [ids, oldest first]}.
-RECORD = {"node", "display_node", "class_type", "outputs": [{"slot", "type", "name", "is_list", "items",
-"values": [SUMMARY, ...]}]}; SUMMARY = {"kind", "tensors": [{"name", "shape", "dtype", "device"}], "facts": {...}}.
+Delivery: the websocket event `fillscope.wires` {prompt_id, node, record} as each record is written (the canvas
+labels, web/fillscope_wires.js); `GET /fillscope/wires?prompt_id=ID` answers {"prompt_id", "status", "nodes": {node
+id: RECORD}, "inspect": {node id: the Inspect nodes' measured records (nodes/live.py)}} for the newest MAX_PROMPTS
+prompts; without a prompt id, {"status", "prompts": [ids, oldest first]}.
+RECORD = {"node", "display_node", "class_type", "cached", "outputs": [{"slot", "type", "name", "is_list", "items",
+"values": [SUMMARY, ...], "calls": [CALL, ...]}]} (wire_values.py, wire_calls.py).
 """
 
 from __future__ import annotations
@@ -26,25 +33,28 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
-import math
 import os
 import sys
 import threading
+import weakref
 from collections import OrderedDict
+
+from .wire_calls import NodeWatch
+from .wire_values import record_outputs
 
 ENV = "FILLSCOPE_WIRES"
 ROUTE = "/fillscope/wires"
+EVENT = "fillscope.wires"
 MAX_PROMPTS = 32  # prompts whose records the route keeps
-MAX_TENSORS = 64  # tensor rows a value's summary lists (a huge nested CONDITIONING says how many it left out)
-MAX_ITEMS = 4  # values summarised of a list output (OUTPUT_IS_LIST or a node mapped over a list)
-MAX_TEXT = 120  # characters of a text fact
-MAX_FACT_ITEMS = 8  # items of a list fact
+MAX_CALLS = 16  # model-call records one wire keeps (a MODEL sampled by many nodes)
 EXPECTED = ("prompt_id", "unique_id", "obj", "input_data_all")
+EXPECTED_MESSAGE = ("self", "event", "data", "broadcast")
 
 log = logging.getLogger("fillscope.wires")
 _lock = threading.Lock()
 _records: OrderedDict[str, dict] = OrderedDict()  # prompt id -> {node id: record}
-_state = {"status": "not installed", "logged_failure": False, "route": False}
+_state = {"status": "not installed", "logged_failure": False, "route": False, "prompt": None}
+_producers: dict[int, tuple] = {}  # id(MODEL / CLIP / VAE) -> (weakref to it, node id, slot): who handed it on
 
 
 def status() -> str:
@@ -74,13 +84,19 @@ def install(execution_module=None) -> str:
 
     @functools.wraps(original)
     async def get_output_data(prompt_id, unique_id, obj, input_data_all, *args, **kwargs):
-        result = await original(prompt_id, unique_id, obj, input_data_all, *args, **kwargs)
-        if _state["status"] == "on":
-            _record_safely(prompt_id, unique_id, obj, result)
+        if _state["status"] != "on":
+            return await original(prompt_id, unique_id, obj, input_data_all, *args, **kwargs)
+        watch = _watch_safely(unique_id, input_data_all)
+        try:
+            result = await original(prompt_id, unique_id, obj, input_data_all, *args, **kwargs)
+        finally:
+            calls = _close_safely(watch)
+        _record_safely(prompt_id, unique_id, obj, result, calls)
         return result
 
     get_output_data._fillscope_wires = True
     execution_module.get_output_data = get_output_data
+    _install_cached(getattr(execution_module, "PromptExecutor", None))
     return _set_status("on")
 
 
@@ -99,6 +115,30 @@ def _unexpected(original) -> str | None:
     return None
 
 
+def _install_cached(executor_class) -> None:
+    """Wrap PromptExecutor.add_message: at `execution_cached`, record the outputs the cache will serve."""
+    original = getattr(executor_class, "add_message", None)
+    if original is None or getattr(original, "_fillscope_wires", False):
+        return
+    try:
+        names = tuple(inspect.signature(original).parameters)[:len(EXPECTED_MESSAGE)]
+    except (TypeError, ValueError):
+        names = ()
+    if names != EXPECTED_MESSAGE:
+        log.warning("[FillScope] wire recorder: PromptExecutor.add_message takes %s, not %s; nodes served from "
+                    "ComfyUI's cache go unrecorded", names, EXPECTED_MESSAGE)
+        return
+
+    @functools.wraps(original)
+    def add_message(self, event, data, *args, **kwargs):
+        if event == "execution_cached" and _state["status"] == "on":
+            _record_cached_safely(self, data)
+        return original(self, event, data, *args, **kwargs)
+
+    add_message._fillscope_wires = True
+    executor_class.add_message = add_message
+
+
 def _set_status(text: str, log_it: bool = False) -> str:
     _state["status"] = text
     if log_it:
@@ -106,145 +146,152 @@ def _set_status(text: str, log_it: bool = False) -> str:
     return text
 
 
-def _record_safely(prompt_id, unique_id, obj, result) -> None:
+def _failed(node, e: Exception) -> None:
+    if not _state["logged_failure"]:
+        _state["logged_failure"] = True
+        log.warning("[FillScope] wire recorder could not record node %s (%s: %s); it goes on with the next node",
+                    node, type(e).__name__, e)
+
+
+# ---- what ran ----------------------------------------------------------------------------------------------------
+
+
+def _watch_safely(unique_id, input_data_all) -> NodeWatch | None:
+    """Hooks on the networks of the MODEL / CLIP / VAE inputs of the node about to run (None when it has none)."""
     try:
-        if not (isinstance(result, tuple) and len(result) == 4 and isinstance(result[0], (list, tuple))):
-            _set_status("off (execution.get_output_data returned no (outputs, ui, has_subgraph, has_pending) tuple)",
-                        log_it=True)
-            return
-        outputs, _, has_subgraph, has_pending = result
-        if has_subgraph or has_pending:  # an expanded node's outputs come from its subgraph's nodes, recorded there
-            return
-        store(str(prompt_id), str(unique_id), record_outputs(unique_id, obj, outputs))
-    except Exception as e:  # noqa: BLE001 (never fail a prompt: log once, go on)
-        if not _state["logged_failure"]:
-            _state["logged_failure"] = True
-            log.warning("[FillScope] wire recorder could not record node %s (%s: %s); it goes on with the next node",
-                        unique_id, type(e).__name__, e)
+        watch = None
+        for name, values in (input_data_all or {}).items():
+            for value in values if isinstance(values, list) else [values]:
+                if _is_model_like(value):
+                    watch = watch or NodeWatch()
+                    watch.add(str(name), value, _producer(unique_id, name, value))
+        return watch
+    except Exception as e:  # noqa: BLE001 (never fail a prompt)
+        _failed(unique_id, e)
+        return None
 
 
-def record_outputs(unique_id, obj, outputs) -> dict:
-    """The record of a node's outputs (`outputs`: one list of values per output slot, as the executor merges them)."""
-    types = tuple(getattr(obj, "RETURN_TYPES", ()) or ())
-    names = tuple(getattr(obj, "RETURN_NAMES", ()) or ())
-    is_list = tuple(getattr(obj, "OUTPUT_IS_LIST", ()) or ())
-    slots = []
-    for slot, values in enumerate(outputs):
-        values = values if isinstance(values, (list, tuple)) else [values]
-        kind = str(types[slot]) if slot < len(types) else "?"
-        slots.append({"slot": slot, "type": kind, "name": str(names[slot]) if slot < len(names) else kind,
-                      "is_list": bool(is_list[slot]) if slot < len(is_list) else False, "items": len(values),
-                      "values": [summarize(v, kind) for v in values[:MAX_ITEMS]]})
-    node_id = str(unique_id)
-    return {"node": node_id, "display_node": node_id.split(".")[0], "class_type": _class_type(obj),
-            "outputs": slots}
-
-
-def _class_type(obj) -> str:
-    cls = obj if isinstance(obj, type) else type(obj)
-    for attr in ("NODE_ID", "node_id"):
-        value = getattr(cls, attr, None)
-        if isinstance(value, str) and value:
-            return value
-    return cls.__name__
-
-
-def summarize(value, kind: str = "") -> dict:
-    """A value's metadata: its tensors by path (shape, dtype, device; never their values) and short facts; MODEL,
-    CLIP and VAE by what ComfyUI detected and the widths that decide what fits."""
-    out = {"kind": kind or type(value).__name__, "tensors": [], "facts": {}}
+def _close_safely(watch: NodeWatch | None) -> list:
+    if watch is None:
+        return []
     try:
-        if kind in ("MODEL", "CLIP", "VAE") or _is_model_like(value):
-            out["facts"].update(_model_facts(value, kind))
-        else:
-            left = [MAX_TENSORS]
-            _walk(out, {"IMAGE": "image", "MASK": "mask"}.get(kind, "") if is_tensor(value) else "", value, left, 0)
-            if left[0] < 0:
-                out["facts"]["tensors not listed"] = -left[0]
-    except Exception as e:  # noqa: BLE001 (a value of a kind nobody foresaw: say so, record the rest)
-        out["facts"]["unreadable"] = f"{type(e).__name__}: {e}"[:200]
-    return out
-
-
-def _walk(out: dict, name: str, value, left: list, depth: int) -> None:
-    for path, leaf in value_leaves(value, name, depth, max_depth=5):
-        if is_tensor(leaf):
-            left[0] -= 1
-            if left[0] >= 0:
-                out["tensors"].append({"name": path or "tensor", "shape": list(leaf.shape),
-                                       "dtype": str(leaf.dtype).removeprefix("torch."), "device": str(leaf.device)})
-        elif len(out["facts"]) < MAX_TENSORS:
-            out["facts"][path or "value"] = _fact(leaf)
-
-
-def value_leaves(value, name: str = "", depth: int = 0, max_depth: int = 5):
-    """(path, leaf) for each tensor and each other leaf inside `value`: dicts by key (`name.key`), lists and tuples
-    that hold tensors or containers by index (`name[i]`), to `max_depth` levels; a list of plain values is one leaf.
-    The walk the wire recorder and the Inspect node (inspect_values.record_tree) share."""
-    if is_tensor(value):
-        yield name, value
-    elif depth < max_depth and isinstance(value, dict):
-        for key, item in value.items():
-            yield from value_leaves(item, f"{name}.{key}" if name else str(key), depth + 1, max_depth)
-    elif depth < max_depth and isinstance(value, (list, tuple)) and any(
-            is_tensor(v) or isinstance(v, (dict, list, tuple)) for v in value):
-        for i, item in enumerate(value):
-            yield from value_leaves(item, f"{name}[{i}]", depth + 1, max_depth)
-    else:
-        yield name, value
-
-
-def _fact(value):
-    """A fact's value: numbers (NaN and infinities as text: the route's JSON must parse in a browser), text (cut),
-    short lists of them; anything else its type's name."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    if value is None or isinstance(value, (bool, int, float)):
-        return value
-    if isinstance(value, str):
-        return value if len(value) <= MAX_TEXT else value[:MAX_TEXT - 3] + "..."
-    if isinstance(value, (list, tuple)) and all(v is None or isinstance(v, (bool, int, float, str)) for v in value):
-        items = [_fact(v) for v in value[:MAX_FACT_ITEMS]]
-        return items + [f"... ({len(value)} in all)"] if len(value) > MAX_FACT_ITEMS else items
-    return type(value).__name__
-
-
-def is_tensor(value) -> bool:
-    torch = sys.modules.get("torch")  # a tensor exists only where torch was imported: never import it here
-    return torch is not None and isinstance(value, torch.Tensor)
+        return watch.close()
+    except Exception as e:  # noqa: BLE001
+        _failed("(hooks)", e)
+        return []
 
 
 def _is_model_like(value) -> bool:
     return any(hasattr(value, a) for a in ("model_options", "cond_stage_model", "first_stage_model"))
 
 
-def _model_facts(value, kind: str) -> dict:
-    """MODEL (a ModelPatcher), CLIP and VAE as the Inspect Model / CLIP / VAE nodes describe them before a run."""
-    if hasattr(value, "first_stage_model"):
-        from .inspect_vae import vae_static
-
-        return vae_static(value)
-    if hasattr(value, "cond_stage_model"):
-        from .inspect_clip import clip_static
-
-        return clip_static(value)
-    if hasattr(value, "model") and hasattr(value, "model_options"):
-        from .inspect_model import static_facts
-
-        facts = _Facts()
-        static_facts(facts, value)
-        return facts.record["facts"]
-    return {"class": type(value).__name__}
+def _producer(unique_id, input_name, value) -> tuple[str, int] | None:
+    """(node id, slot) of the wire that brought `value`: the prompt's link where the prompt is at hand, else the node
+    that last handed this very object on."""
+    prompt = _state["prompt"]() if _state["prompt"] is not None else None
+    try:
+        link = prompt.get_node(str(unique_id))["inputs"][input_name]
+    except Exception:  # noqa: BLE001 (no prompt, no such input: fall back on the object)
+        link = None
+    if isinstance(link, list) and len(link) == 2:
+        return str(link[0]), int(link[1])
+    known = _producers.get(id(value))
+    if known is not None and known[0]() is value:
+        return known[1], known[2]
+    return None
 
 
-class _Facts:
-    """What inspect_model.static_facts writes into (a ShapeRecorder's facts, without its clock and CUDA counters)."""
+def _record_safely(prompt_id, unique_id, obj, result, calls: list) -> None:
+    try:
+        if not (isinstance(result, tuple) and len(result) == 4 and isinstance(result[0], (list, tuple))):
+            _set_status("off (execution.get_output_data returned no (outputs, ui, has_subgraph, has_pending) tuple)",
+                        log_it=True)
+            return
+        prompt_id, node_id = str(prompt_id), str(unique_id)
+        for input_name, producer, call in calls:
+            _attach_call(prompt_id, producer, dict(call, consumer=node_id, input=input_name))
+        outputs, _, has_subgraph, has_pending = result
+        if has_subgraph or has_pending:  # an expanded node's outputs come from its subgraph's nodes, recorded there
+            return
+        record = record_outputs(node_id, obj, outputs, _class_type_in_prompt(node_id))
+        _remember_producers(node_id, outputs)
+        _deliver(prompt_id, node_id, record)
+    except Exception as e:  # noqa: BLE001 (never fail a prompt: log once, go on)
+        _failed(unique_id, e)
 
-    def __init__(self):
-        self.record = {"facts": {}}
 
-    def fact(self, name: str, value) -> None:
-        self.record["facts"][name] = value
+def _record_cached_safely(executor, data: dict) -> None:
+    """The outputs of the nodes ComfyUI will serve from its cache in this prompt, as that cache holds them."""
+    try:
+        cache = executor.caches.outputs
+        prompt = getattr(cache, "dynprompt", None)
+        _state["prompt"] = weakref.ref(prompt) if prompt is not None else None
+        prompt_id = str(data.get("prompt_id"))
+        import nodes as comfy_nodes  # ComfyUI's nodes module: loaded (the server runs)
+
+        for node_id in data.get("nodes") or []:
+            entry = cache.get(node_id)
+            outputs = getattr(entry, "outputs", entry)
+            if not isinstance(outputs, (list, tuple)):
+                continue
+            class_type = _class_type_in_prompt(node_id)
+            class_def = comfy_nodes.NODE_CLASS_MAPPINGS.get(class_type)
+            record = record_outputs(str(node_id), class_def, outputs, class_type)
+            record["cached"] = True
+            _remember_producers(str(node_id), outputs)
+            _deliver(prompt_id, str(node_id), record)
+    except Exception as e:  # noqa: BLE001
+        _failed("(cached)", e)
+
+
+def _class_type_in_prompt(node_id: str) -> str | None:
+    prompt = _state["prompt"]() if _state["prompt"] is not None else None
+    try:
+        return str(prompt.get_node(node_id)["class_type"])
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def _remember_producers(node_id: str, outputs) -> None:
+    for slot, values in enumerate(outputs):
+        for value in values if isinstance(values, (list, tuple)) else [values]:
+            if _is_model_like(value):
+                try:
+                    _producers[id(value)] = (weakref.ref(value), node_id, slot)
+                except TypeError:  # an object without weak references: the prompt's links alone tell
+                    pass
+    if len(_producers) > 256:
+        for key in [k for k, v in _producers.items() if v[0]() is None]:
+            del _producers[key]
+
+
+def _attach_call(prompt_id: str, producer, call: dict) -> None:
+    """A model-call record onto the output record of the wire it came along (the producer's, in this prompt)."""
+    if producer is None:
+        return
+    node_id, slot = producer
+    with _lock:  # a new record in place of the old (a record once written is never changed: the route and the
+        nodes = _records.get(prompt_id, {})  # websocket serialise them on another thread)
+        record = nodes.get(node_id)
+        if record is None or slot >= len(record["outputs"]) or len(record["outputs"][slot].get("calls", ())) >= MAX_CALLS:
+            return
+        outputs = list(record["outputs"])
+        outputs[slot] = dict(outputs[slot], calls=[*outputs[slot].get("calls", ()), call])
+        record = nodes[node_id] = dict(record, outputs=outputs)
+    _send(prompt_id, node_id, record)
+
+
+def _deliver(prompt_id: str, node_id: str, record: dict) -> None:
+    store(prompt_id, node_id, record)
+    _send(prompt_id, node_id, record)
+
+
+def _send(prompt_id: str, node_id: str, record: dict) -> None:
+    """The websocket event, to the client that queued the prompt (none for a headless prompt without a client id)."""
+    instance = getattr(getattr(sys.modules.get("server"), "PromptServer", None), "instance", None)
+    client = getattr(instance, "client_id", None)
+    if instance is not None and client is not None:
+        instance.send_sync(EVENT, {"prompt_id": prompt_id, "node": node_id, "record": record}, client)
 
 
 def store(prompt_id: str, node_id: str, record: dict) -> None:
@@ -276,6 +323,17 @@ def add_route() -> None:
         if prompt_id is None:
             with _lock:
                 return web.json_response({"status": status(), "prompts": list(_records)})
-        return web.json_response({"prompt_id": prompt_id, "status": status(), "nodes": records_of(prompt_id)})
+        return web.json_response({"prompt_id": prompt_id, "status": status(), "nodes": records_of(prompt_id),
+                                  "inspect": _inspect_records(prompt_id)})
 
     _state["route"] = True
+
+
+def _inspect_records(prompt_id: str) -> dict:
+    """The Inspect Model / CLIP / VAE nodes' records measured after they ran (nodes/live.py), for API clients."""
+    try:
+        from .live import records_of as live_records
+
+        return live_records(prompt_id)
+    except Exception:  # noqa: BLE001 (outside the pack's package: none)
+        return {}

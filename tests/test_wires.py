@@ -17,11 +17,14 @@ from pathlib import Path
 import pytest
 import torch
 
-# nodes/wires.py on its own: it imports nothing of ComfyUI's until it describes a MODEL, CLIP or VAE
-_spec = importlib.util.spec_from_file_location("fillscope_wires", Path(__file__).resolve().parent.parent / "nodes"
-                                               / "wires.py")
-wires = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(wires)
+# nodes/wires.py without ComfyUI: the pack's folder as a package of its own (its __init__ not run), so the recorder's
+# modules import each other; nothing of ComfyUI's is imported until a MODEL, CLIP or VAE is described
+_pack = types.ModuleType("fillscope_wires_pack")
+_pack.__path__ = [str(Path(__file__).resolve().parent.parent)]
+sys.modules.setdefault("fillscope_wires_pack", _pack)
+wires = importlib.import_module("fillscope_wires_pack.nodes.wires")
+wire_values = importlib.import_module("fillscope_wires_pack.nodes.wire_values")
+wire_calls = importlib.import_module("fillscope_wires_pack.nodes.wire_calls")
 
 
 def executor_module(returns=None, signature="new"):
@@ -54,6 +57,8 @@ def fresh_state(monkeypatch):
     monkeypatch.setitem(wires._state, "status", "not installed")
     monkeypatch.setitem(wires._state, "logged_failure", False)
     monkeypatch.setattr(wires, "_records", type(wires._records)())
+    monkeypatch.setattr(wires, "_producers", {})
+    monkeypatch.setitem(wires._state, "prompt", None)
 
 
 def test_the_wrapped_executor_hands_back_the_very_result_and_records_its_metadata():
@@ -86,18 +91,18 @@ def test_a_record_keeps_no_tensor_alive():
 
 
 def test_odd_values_are_summarised_without_failing():
-    nan = wires.summarize(float("nan"), "FLOAT")
+    nan = wire_values.summarize(float("nan"), "FLOAT")
     assert nan["facts"] == {"value": "nan"}  # JSON has no NaN: a browser's JSON.parse must read the route
-    assert wires.summarize(None, "IMAGE")["facts"] == {"value": None}
-    empty = wires.summarize(torch.zeros(0, 64, 64, 3), "IMAGE")
+    assert wire_values.summarize(None, "IMAGE")["facts"] == {"value": None}
+    empty = wire_values.summarize(torch.zeros(0, 64, 64, 3), "IMAGE")
     assert empty["tensors"][0]["shape"] == [0, 64, 64, 3]
     huge = [[torch.zeros(1, 77, 768), {"pooled_output": torch.zeros(1, 768), "area": (64, 64, 0, 0)}]
             for _ in range(100)]
-    cond = wires.summarize(huge, "CONDITIONING")
-    assert len(cond["tensors"]) == wires.MAX_TENSORS and cond["facts"]["tensors not listed"] == 200 - wires.MAX_TENSORS
+    cond = wire_values.summarize(huge, "CONDITIONING")
+    assert len(cond["tensors"]) == wire_values.MAX_TENSORS and cond["facts"]["tensors not listed"] == 200 - wire_values.MAX_TENSORS
     assert cond["tensors"][1] == {"name": "[0][1].pooled_output", "shape": [1, 768], "dtype": "float32",
                                   "device": "cpu"}
-    other = wires.summarize(object(), "CUSTOM")
+    other = wire_values.summarize(object(), "CUSTOM")
     assert other["facts"] == {"value": "object"}
 
 
@@ -155,3 +160,144 @@ def test_the_route_keeps_the_newest_prompts_only():
         wires.store(f"p{i}", "1", {"node": "1"})
     kept = list(wires._records)
     assert len(kept) == wires.MAX_PROMPTS and kept[0] == "p3" and wires.records_of("p0") == {}
+
+
+class Diffusion(torch.nn.Conv2d):
+    def forward(self, x, transformer_options=None):
+        return super().forward(x)
+
+
+class Patcher:
+    """What the recorder reads of ComfyUI's ModelPatcher: `model.diffusion_model` (an nn.Module) and model_options."""
+
+    def __init__(self, options=None):
+        self.model = types.SimpleNamespace(diffusion_model=Diffusion(4, 4, 1))
+        self.model_options = options or {"transformer_options": {}}
+
+
+class Loader:
+    RETURN_TYPES = ("MODEL",)
+
+
+class Sampler:
+    RETURN_TYPES = ("LATENT",)
+
+
+class ImageLoader:
+    RETURN_TYPES = ("IMAGE",)
+
+
+def sampling_executor(calls: int, fail: bool = False):
+    """An executor whose "sampler" node calls its MODEL input's diffusion model `calls` times (as KSampler does)."""
+    def returns(obj, inputs):
+        if obj is Loader:
+            return ([[inputs["made"][0]]], {}, False, False)
+        dm = inputs["model"][0].model.diffusion_model
+        sigmas = torch.linspace(1, 0, 5)
+        for i in range(calls):
+            x = torch.zeros(1, 4, 8, 8) if i < 2 else torch.zeros(2, 4, 8, 8)
+            dm(x, transformer_options={"sample_sigmas": sigmas})
+        if fail:
+            raise RuntimeError("interrupted")
+        return ([[{"samples": x}]], {}, False, False)
+
+    module = types.ModuleType("execution_sampling")
+
+    async def get_output_data(prompt_id, unique_id, obj, input_data_all, execution_block_cb=None,
+                              pre_execute_cb=None, hidden_inputs=None):
+        return returns(obj, input_data_all)
+
+    module.get_output_data = get_output_data
+    return module
+
+
+def test_a_models_calls_are_written_on_the_wire_that_brought_it_and_its_hooks_go():
+    model = Patcher()
+    module = sampling_executor(calls=3)
+    wires.install(module)
+    asyncio.run(module.get_output_data("p", "4", Loader, {"made": [model]}))
+    asyncio.run(module.get_output_data("p", "3", Sampler, {"model": [model]}))
+    dm = model.model.diffusion_model
+    assert not dm._forward_pre_hooks and not dm._forward_hooks  # every hook removed when the node returned
+    (call,) = wires.records_of("p")["4"]["outputs"][0]["calls"]
+    assert (call["consumer"], call["input"], call["kind"], call["calls"]) == ("3", "model", "diffusion model", 3)
+    assert call["class"] == "Diffusion" and call["steps scheduled"] == 4
+    rows = {r["name"]: r["shape"] for r in call["rows"]}
+    assert rows == {"x (diffusion model in)": [1, 4, 8, 8], "diffusion model out": [1, 4, 8, 8],
+                    "x (diffusion model in) (call 3)": [2, 4, 8, 8], "diffusion model out (call 3)": [2, 4, 8, 8]}
+    ref = weakref.ref(model)
+    del model, dm
+    gc.collect()
+    assert ref() is None  # neither the record nor the recorder keeps the MODEL
+
+
+def test_hooks_go_when_the_node_fails_and_the_error_is_the_nodes():
+    model = Patcher()
+    module = sampling_executor(calls=1, fail=True)
+    wires.install(module)
+    with pytest.raises(RuntimeError, match="interrupted"):
+        asyncio.run(module.get_output_data("p", "3", Sampler, {"model": [model]}))
+    assert not model.model.diffusion_model._forward_pre_hooks and not model.model.diffusion_model._forward_hooks
+
+
+def test_a_compiled_model_is_not_hooked():
+    compiled = {"transformer_options": {"wrappers": {"apply_model": {"torch.compile": [print]}}}}
+    model = Patcher(compiled)
+    module = sampling_executor(calls=1)
+    wires.install(module)
+    asyncio.run(module.get_output_data("p", "4", Loader, {"made": [model]}))
+    hooks = []
+    original = model.model.diffusion_model.register_forward_pre_hook
+    model.model.diffusion_model.register_forward_pre_hook = lambda *a, **k: hooks.append(a) or original(*a, **k)
+    asyncio.run(module.get_output_data("p", "3", Sampler, {"model": [model]}))
+    assert hooks == [] and "calls" not in wires.records_of("p")["4"]["outputs"][0]
+
+
+class Prompt:
+    def __init__(self, nodes):
+        self.nodes = nodes
+
+    def get_node(self, node_id):
+        return self.nodes[node_id]
+
+
+def executor_with_cache(entries: dict, prompt: Prompt, message_signature="new"):
+    module = executor_module(lambda obj: ([], {}, False, False))
+
+    class PromptExecutor:
+        def __init__(self):
+            self.caches = types.SimpleNamespace(outputs=types.SimpleNamespace(get=entries.get, dynprompt=prompt))
+            self.sent = []
+
+        if message_signature == "new":
+            def add_message(self, event, data, broadcast):
+                self.sent.append((event, data))
+        else:
+            def add_message(self, message):
+                self.sent.append(message)
+
+    module.PromptExecutor = PromptExecutor
+    return module
+
+
+def test_nodes_served_from_the_cache_are_recorded_with_the_outputs_the_cache_holds(monkeypatch):
+    cached = types.SimpleNamespace(ui=None, outputs=[[torch.zeros(1, 32, 32, 3)]])
+    prompt = Prompt({"5": {"class_type": "LoadImage", "inputs": {}}})
+    monkeypatch.setitem(sys.modules, "nodes", types.SimpleNamespace(NODE_CLASS_MAPPINGS={"LoadImage": ImageLoader}))
+    module = executor_with_cache({"5": cached}, prompt)
+    wires.install(module)
+    executor = module.PromptExecutor()
+    executor.add_message("execution_cached", {"nodes": ["5"], "prompt_id": "p2"}, False)
+    assert executor.sent == [("execution_cached", {"nodes": ["5"], "prompt_id": "p2"})]  # ComfyUI's message, as sent
+    record = wires.records_of("p2")["5"]
+    assert record["cached"] and record["class_type"] == "LoadImage"
+    assert record["outputs"][0]["values"][0]["tensors"][0]["shape"] == [1, 32, 32, 3]
+
+
+def test_an_add_message_of_another_shape_leaves_cached_nodes_unrecorded_with_one_line(caplog):
+    module = executor_with_cache({}, Prompt({}), message_signature="old")
+    before = module.PromptExecutor.add_message
+    with caplog.at_level(logging.WARNING, logger="fillscope.wires"):
+        assert wires.install(module) == "on"
+    assert module.PromptExecutor.add_message is before and len(caplog.records) == 1
+    assert "add_message" in caplog.records[0].getMessage()

@@ -125,6 +125,13 @@ class SaveNativeLatent:
         return {}
 
 
+def _wire_recorders(hook) -> bool:
+    """FillScope's wire recorder (nodes/wire_calls.py) watches the networks of every node's inputs while that node
+    runs, this one's included, and removes its hooks when the node returns (tests/test_wires.py): not counted here."""
+    owner = getattr(hook, "__self__", None)
+    return type(owner).__module__.endswith("wire_calls")
+
+
 class ModelHooks:
     @classmethod
     def INPUT_TYPES(cls):
@@ -137,8 +144,9 @@ class ModelHooks:
 
     def count(self, model, after, name):
         modules = list(model.model.named_modules())
-        hooked = {n or "(root)": len(m._forward_hooks) + len(m._forward_pre_hooks) for n, m in modules
-                  if m._forward_hooks or m._forward_pre_hooks}
+        hooked = {n or "(root)": len(hooks) for n, m in modules
+                  if (hooks := [h for h in (*m._forward_hooks.values(), *m._forward_pre_hooks.values())
+                                if not _wire_recorders(h)])}
         options = model.model_options.get("transformer_options", {}).get("wrappers", {})
         report = {"modules": len(modules), "hooked_modules": hooked,
                   "patcher_wrappers": {k: sorted(str(key) for key in v) for k, v in model.wrappers.items() if v},

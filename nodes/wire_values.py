@@ -1,0 +1,143 @@
+"""What the wire recorder (nodes/wires.py) keeps of a value: its tensors by path (shape, dtype, device; never their
+values, so no GPU synchronisation) and short facts; a MODEL, CLIP or VAE by what ComfyUI detected and the widths that
+decide what fits. A summary holds no reference to the value.
+
+SUMMARY = {"kind", "tensors": [{"name", "shape", "dtype", "device"}], "facts": {...}}; a node's record:
+{"node", "display_node", "class_type", "outputs": [{"slot", "type", "name", "is_list", "items", "values": [SUMMARY]}]}.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+
+MAX_TENSORS = 64  # tensor rows a value's summary lists (a huge nested CONDITIONING says how many it left out)
+MAX_ITEMS = 4  # values summarised of a list output (OUTPUT_IS_LIST or a node mapped over a list)
+MAX_TEXT = 120  # characters of a text fact
+MAX_FACT_ITEMS = 8  # items of a list fact
+
+
+def record_outputs(unique_id, obj, outputs, class_type: str | None = None) -> dict:
+    """The record of a node's outputs (`outputs`: one list of values per output slot, as the executor merges them;
+    `obj`: the node's object or class; `class_type`: its name in the prompt, where known)."""
+    types = tuple(getattr(obj, "RETURN_TYPES", ()) or ())
+    names = tuple(getattr(obj, "RETURN_NAMES", ()) or ())
+    is_list = tuple(getattr(obj, "OUTPUT_IS_LIST", ()) or ())
+    slots = []
+    for slot, values in enumerate(outputs):
+        values = values if isinstance(values, (list, tuple)) else [values]
+        kind = str(types[slot]) if slot < len(types) else "?"
+        slots.append({"slot": slot, "type": kind, "name": str(names[slot]) if slot < len(names) else kind,
+                      "is_list": bool(is_list[slot]) if slot < len(is_list) else False, "items": len(values),
+                      "values": [summarize(v, kind) for v in values[:MAX_ITEMS]]})
+    node_id = str(unique_id)
+    return {"node": node_id, "display_node": node_id.split(".")[0], "class_type": class_type or _class_type(obj),
+            "cached": False, "outputs": slots}
+
+
+def _class_type(obj) -> str:
+    cls = obj if isinstance(obj, type) else type(obj)
+    for attr in ("NODE_ID", "node_id"):
+        value = getattr(cls, attr, None)
+        if isinstance(value, str) and value:
+            return value
+    return cls.__name__
+
+
+def summarize(value, kind: str = "") -> dict:
+    """A value's metadata: its tensors by path (shape, dtype, device; never their values) and short facts; MODEL,
+    CLIP and VAE by what ComfyUI detected and the widths that decide what fits."""
+    out = {"kind": kind or type(value).__name__, "tensors": [], "facts": {}}
+    try:
+        if kind in ("MODEL", "CLIP", "VAE") or _is_model_like(value):
+            out["facts"].update(_model_facts(value, kind))
+        else:
+            left = [MAX_TENSORS]
+            _walk(out, {"IMAGE": "image", "MASK": "mask"}.get(kind, "") if is_tensor(value) else "", value, left, 0)
+            if left[0] < 0:
+                out["facts"]["tensors not listed"] = -left[0]
+    except Exception as e:  # noqa: BLE001 (a value of a kind nobody foresaw: say so, record the rest)
+        out["facts"]["unreadable"] = f"{type(e).__name__}: {e}"[:200]
+    return out
+
+
+def _walk(out: dict, name: str, value, left: list, depth: int) -> None:
+    for path, leaf in value_leaves(value, name, depth, max_depth=5):
+        if is_tensor(leaf):
+            left[0] -= 1
+            if left[0] >= 0:
+                out["tensors"].append({"name": path or "tensor", "shape": list(leaf.shape),
+                                       "dtype": str(leaf.dtype).removeprefix("torch."), "device": str(leaf.device)})
+        elif len(out["facts"]) < MAX_TENSORS:
+            out["facts"][path or "value"] = fact(leaf)
+
+
+def value_leaves(value, name: str = "", depth: int = 0, max_depth: int = 5):
+    """(path, leaf) for each tensor and each other leaf inside `value`: dicts by key (`name.key`), lists and tuples
+    that hold tensors or containers by index (`name[i]`), to `max_depth` levels; a list of plain values is one leaf.
+    The walk the wire recorder and the Inspect node (inspect_values.record_tree) share."""
+    if is_tensor(value):
+        yield name, value
+    elif depth < max_depth and isinstance(value, dict):
+        for key, item in value.items():
+            yield from value_leaves(item, f"{name}.{key}" if name else str(key), depth + 1, max_depth)
+    elif depth < max_depth and isinstance(value, (list, tuple)) and any(
+            is_tensor(v) or isinstance(v, (dict, list, tuple)) for v in value):
+        for i, item in enumerate(value):
+            yield from value_leaves(item, f"{name}[{i}]", depth + 1, max_depth)
+    else:
+        yield name, value
+
+
+def fact(value, max_text: int = MAX_TEXT, max_items: int = MAX_FACT_ITEMS):
+    """A fact's value: numbers (NaN and infinities as text: JSON has none, and the route's and /history's JSON must
+    parse in a browser), text (cut to `max_text`), lists of them (their first `max_items`); anything else its type's
+    name. The Inspect nodes' facts are written by it too (inspect_calls.short)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    if isinstance(value, str):
+        return value if len(value) <= max_text else value[:max_text - 3] + "..."
+    if isinstance(value, (list, tuple)) and all(v is None or isinstance(v, (bool, int, float, str)) for v in value):
+        items = [fact(v, max_text, max_items) for v in value[:max_items]]
+        return items + [f"... ({len(value)} in all)"] if len(value) > max_items else items
+    return type(value).__name__
+
+
+def is_tensor(value) -> bool:
+    torch = sys.modules.get("torch")  # a tensor exists only where torch was imported: never import it here
+    return torch is not None and isinstance(value, torch.Tensor)
+
+
+def _is_model_like(value) -> bool:
+    return any(hasattr(value, a) for a in ("model_options", "cond_stage_model", "first_stage_model"))
+
+
+def _model_facts(value, kind: str) -> dict:
+    """MODEL (a ModelPatcher), CLIP and VAE as the Inspect Model / CLIP / VAE nodes describe them before a run."""
+    if hasattr(value, "first_stage_model"):
+        from .inspect_vae import vae_static
+
+        return vae_static(value)
+    if hasattr(value, "cond_stage_model"):
+        from .inspect_clip import clip_static
+
+        return clip_static(value)
+    if hasattr(value, "model") and hasattr(value, "model_options"):
+        from .inspect_model import static_facts
+
+        facts = _Facts()
+        static_facts(facts, value)
+        return facts.record["facts"]
+    return {"class": type(value).__name__}
+
+
+class _Facts:
+    """What inspect_model.static_facts writes into (a ShapeRecorder's facts, without its clock and CUDA counters)."""
+
+    def __init__(self):
+        self.record = {"facts": {}}
+
+    def fact(self, name: str, value) -> None:
+        self.record["facts"][name] = value
