@@ -20,10 +20,12 @@ from ..fillscope.trace.summary import (
     format_rows,
     format_sections,
     record_section,
+    wire_section,
 )
 from . import common as c
 from . import live
 from . import tooltips as tips
+from . import wires
 from .base import FillScopeNode
 
 
@@ -172,6 +174,11 @@ def inspect_nodes(prompt, leave_out=()) -> list[str]:
 def nothing_to_report(prompt, prompt_id) -> FillScopeInputError:
     """Neither a shapes document nor an Inspect record: what the graph lacks, and how to wire it."""
     inspecting = inspect_nodes(prompt)
+    if wires.status() != "on" and not inspecting:
+        return FillScopeInputError(
+            "shapes", f"is not wired, and the wire recorder is {wires.status()}: there is nothing to report.",
+            "wire a FillScope node's shapes output to shapes, or start ComfyUI without FILLSCOPE_WIRES=off so that "
+            "every wire of the prompt is recorded.")
     if not inspecting:
         return FillScopeInputError(
             "shapes", "is not wired, and this prompt has no Inspect Model / Inspect CLIP / Inspect VAE node whose "
@@ -199,11 +206,14 @@ class ShapesReport(FillScopeNode):
                          "Inspect Model / CLIP / VAE nodes (ComfyUI's own MODEL, CLIP, VAE as the sampler, encoders "
                          "and decoders called them) and writes them to the output folder: a page with the table "
                          "(HTML, shown in the FillScope sidebar), JSON and text; with `images` wired, the run's image "
-                         "too, under the same number."),
+                         "too, under the same number. In a graph of ComfyUI's own nodes (no shapes wired, no Inspect "
+                         "Model / CLIP / VAE), every wire of the prompt that ran before it, node by node, with the "
+                         "calls made to the MODEL / CLIP / VAE on it."),
             inputs=[
                 io.String.Input("shapes", force_input=True, optional=True,
                                 tooltip="A FillScope node's shapes output (its trail includes everything upstream). "
-                                        "Optional in a graph of ComfyUI's own nodes with Inspect nodes: wire after."),
+                                        "Optional: left unwired, the report tables every wire of the prompt that ran before it "
+                                        "(wire after to the graph's last output)."),
                 io.String.Input("filename_prefix", default="fillscope/shapes", tooltip=tips.REPORT_PREFIX),
                 io.String.Input("shapes_2", force_input=True, optional=True,
                                 tooltip="Another branch's shapes output, for a graph whose branches meet only through "
@@ -228,6 +238,10 @@ class ShapesReport(FillScopeNode):
         prompt_id = live.current_prompt_id()
         sections = [record_section(node_id, record) for node_id, record in live_records(prompt_id)]
         prompt = getattr(getattr(cls, "hidden", None), "prompt", None)
+        if not docs and not inspect_nodes(prompt):
+            # a graph of ComfyUI's own nodes (no FillScope shapes, no Inspect Model / CLIP / VAE chosen to table):
+            # every wire the recorder wrote in this prompt so far, node by node in the order they ran
+            sections = [wire_section(r) for r in wires.records_of(prompt_id or "").values()]
         if not docs and not sections:
             raise nothing_to_report(prompt, prompt_id)
         # Inspect nodes of the graph that delivered nothing for this prompt (their sampler / decoder ran from

@@ -80,7 +80,8 @@ class InspectModel(InspectNode):  # no model placed (the sampler loads it), a ca
                     tooltip="Also hook every module of the diffusion model for that sampling run: module rows/hits "
                             "and a per-block table (input/output shapes, calls). Hooks are removed when the run ends.")),
             ],
-            outputs=[io.Model.Output()],  # an id of its own (ComfyUI gives one): "model" is the input's
+            outputs=[io.Model.Output(),  # an id of its own (ComfyUI gives one): "model" is the input's
+                     c.shapes_output()],  # what is known before a run; the measured record: nodes/live.py
             hidden=[io.Hidden.unique_id],
         )
 

@@ -175,3 +175,25 @@ def test_outputs_are_the_same_bits_with_the_recorder_off(server, runs):
                 assert np.array_equal(pixels, unrecorded[node_id]), (name, node_id)
     finally:
         off.cleanup()
+
+
+def test_the_shapes_report_of_a_graph_of_comfyuis_own_nodes_tables_its_wires(server):
+    prompt = ct.swapped("flux_fill_inpaint_example", server.object_info())
+    decode = node_of(prompt, "VAEDecode")
+    prompt["900"] = {"class_type": "FillScopeShapesReport", "inputs": {"filename_prefix": "wires/report",
+                                                                       "after": [decode, 0]}}
+    entry = server.run(prompt, timeout=600)
+    out = entry["outputs"]["900"]
+    text, rows = out["text"][0], out["fillscope_boundaries"]
+    assert "not observed" not in text
+    records = server.get_json(f"/fillscope/wires?prompt_id={entry['prompt'][1]}")["nodes"]
+    tabled = {(r["inspect_node"], r["boundary"]): r["shape"] for r in rows}
+    for source, slot, _, _, kind in ct.links("flux_fill_inpaint_example"):
+        output = records[source]["outputs"][slot]
+        for t in output["values"][0]["tensors"]:
+            assert tabled[(source, f"{output['name']}: {t['name']}")] == t["shape"], (source, slot, t["name"])
+        assert f"(node {source})" in text, source
+    sampler = node_of(prompt, "KSampler")
+    x = [r for r in rows if r.get("called_by") == sampler and r["tensor"] == "x (diffusion model in)"]
+    assert len(x) == 1 and x[0]["shape"][1] == records[x[0]["inspect_node"]]["outputs"][0]["values"][0]["facts"][
+        "model in channels"]

@@ -102,10 +102,16 @@ TABLES = {"flux_fill": FLUX_FILL_BOUNDARIES, "sd3_controlnet": SD3_CONTROLNET_BO
 DEFAULT_TABLE = "flux_fill"
 
 
-def table_kind(documents) -> str:
-    """The boundary table the documents' graph asks for: the last record that names one (default flux_fill)."""
+def family_of(documents) -> str | None:
+    """The model family whose boundary table the documents' graph asks for: the last record that names one; None
+    where none does (records of Inspect nodes on ComfyUI's own values only)."""
     kinds = [rec["table"] for rec in all_records(documents) if rec.get("table") in TABLES]
-    return kinds[-1] if kinds else DEFAULT_TABLE
+    return kinds[-1] if kinds else None
+
+
+def table_kind(documents) -> str:
+    """The boundary table of the documents' graph (family_of; flux_fill where no record names one)."""
+    return family_of(documents) or DEFAULT_TABLE
 
 
 def boundaries_for(documents) -> list:
@@ -132,6 +138,8 @@ def size_note(shape, geometry: dict | None) -> str:
 def boundary_rows(documents, boundaries=None) -> list[dict]:
     """One row per boundary: the last measured tensor of that name (the sampler's ids win over earlier ones).
     A pixel tensor on a padded or cropped grid gets a `size_note` saying so."""
+    if boundaries is None and family_of(documents) is None:
+        return record_tensor_rows(documents)  # no family in the graph: never tabled against one's boundary list
     boundaries = boundaries or boundaries_for(documents)
     geometry = geometry_of(documents)
     found: dict[str, tuple[dict, dict]] = {}
@@ -151,6 +159,13 @@ def boundary_rows(documents, boundaries=None) -> list[dict]:
             rows.append({"boundary": label, "tensor": name, "shape": None, "dtype": "", "provenance": "not observed",
                          "device": "", "node": ""})
     return rows
+
+
+def record_tensor_rows(documents) -> list[dict]:
+    """One row per tensor of each record, in record order: the table of documents that name no model family."""
+    return [{"boundary": t["name"], "tensor": t["name"], "shape": t["shape"], "dtype": t["dtype"],
+             "provenance": t["provenance"], "device": t["device"], "node": rec["title"]}
+            for rec in all_records(documents) for t in rec["tensors"]]
 
 
 def seed_shapes(rows) -> tuple[str, dict] | None:
@@ -297,3 +312,36 @@ def format_sections(sections) -> str:
                   for r, shape, prov in zip(rows, shapes, provs)]
         blocks.append("\n".join(head + lines))
     return "\n\n".join(blocks)
+
+
+WIRE_FACTS = 6  # facts of a MODEL / CLIP / VAE (or a plain value) a wire section's head shows per output
+
+
+def wire_section(record: dict) -> dict:
+    """One node's outputs as the wire recorder (nodes/wires.py) wrote them, as a record_section: a row per tensor of
+    each output ("<output>: <path>") and per row of each call a later node made to the MODEL / CLIP / VAE on it
+    ("<output> -> <network>: <row>", `called_by` that node); MODEL / CLIP / VAE facts and plain values in the head."""
+    node_id, cls = str(record.get("node", "?")), str(record.get("class_type", ""))
+    where = f"{cls} (node {node_id})"
+    rows, facts = [], {"cached": True} if record.get("cached") else {}
+
+    def row(boundary, t, role, **extra):
+        rows.append({"boundary": boundary, "tensor": t["name"], "shape": t["shape"], "dtype": t["dtype"],
+                     "provenance": MEASURED, "device": t["device"], "node": where, "inspect_node": node_id,
+                     "class": cls, "role": role, **extra})
+
+    for out in record.get("outputs", []):
+        name = str(out.get("name") or out.get("type"))
+        items = out.get("values", [])
+        if out.get("items", len(items)) > 1:
+            facts[f"{name} items"] = out["items"]
+        for value in items[:1]:
+            for t in value.get("tensors", []):
+                row(f"{name}: {t['name']}", t, "output")
+            if not value.get("tensors"):
+                for key, fact in list(value.get("facts", {}).items())[:WIRE_FACTS]:
+                    facts[f"{name} {key}" if key != "value" else name] = fact
+        for call in out.get("calls", []):
+            for r in call.get("rows", []):
+                row(f"{name} -> {call.get('part')}: {r['name']}", r, r.get("role", ""), called_by=str(call.get("consumer")))
+    return {"node": node_id, "title": cls, "class": "", "facts": facts, "warnings": [], "rows": rows, "record": record}
