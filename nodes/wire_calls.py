@@ -77,12 +77,21 @@ class Watch:
         self.calls = 0
         self.steps = None  # the sampler's schedule length, where transformer_options carries it
         self.seconds = 0.0
+        self.overhead = 0.0  # the hooks' own time (bench/bench_wires.py reports it)
         self._pending: list[float] = []  # start times of calls in flight (a network may call itself)
         self.handles = [module.register_forward_pre_hook(self._pre, with_kwargs=True),
                         module.register_forward_hook(self._post, with_kwargs=True)]
 
     def _pre(self, module, args, kwargs):
-        self._pending.append(time.perf_counter())
+        start = time.perf_counter()
+        try:
+            self._read_inputs(args, kwargs)
+        finally:
+            now = time.perf_counter()
+            self.overhead += now - start
+            self._pending.append(now)
+
+    def _read_inputs(self, args, kwargs):
         if self.calls and len(self.rows) >= MAX_ROWS:
             return
         rows: list = []
@@ -98,8 +107,15 @@ class Watch:
         self._keep(rows)
 
     def _post(self, module, args, kwargs, output):
+        start = time.perf_counter()
         if self._pending:
-            self.seconds += time.perf_counter() - self._pending.pop()
+            self.seconds += start - self._pending.pop()
+        try:
+            self._read_output(output)
+        finally:
+            self.overhead += time.perf_counter() - start
+
+    def _read_output(self, output):
         if not self.calls or len(self.rows) < MAX_ROWS:
             rows: list = []
             name = {"diffusion model": "diffusion model out", "text model": "states"}.get(self.kind,
@@ -175,6 +191,7 @@ class NodeWatch:
         self.watches: list[tuple[str, object, Watch]] = []  # (input name, producer key, watch)
         self._seen: set[int] = set()
         self.not_hooked: list[tuple[str, object, str]] = []
+        self.overhead = 0.0  # the hooks' own time, summed when they are removed
 
     def add(self, input_name: str, value, producer) -> None:
         if hasattr(value, "model_options") and compiled(value):
@@ -191,6 +208,7 @@ class NodeWatch:
         done = []
         for input_name, producer, watch in self.watches:
             watch.remove()
+            self.overhead += watch.overhead
             if watch.calls:
                 done.append((input_name, producer, watch.record()))
         self.watches.clear()

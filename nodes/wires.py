@@ -23,7 +23,8 @@ Where it stays out of the way:
 Delivery: the websocket event `fillscope.wires` {prompt_id, node, record} as each record is written (the canvas
 labels, web/fillscope_wires.js); `GET /fillscope/wires?prompt_id=ID` answers {"prompt_id", "status", "nodes": {node
 id: RECORD}, "inspect": {node id: the Inspect nodes' measured records (nodes/live.py)}} for the newest MAX_PROMPTS
-prompts; without a prompt id, {"status", "prompts": [ids, oldest first]}.
+prompts; without a prompt id, {"status", "prompts": [ids, oldest first], "recorder_seconds" (its own time in this
+process so far, hooks included), "nodes_recorded"}.
 RECORD = {"node", "display_node", "class_type", "cached", "outputs": [{"slot", "type", "name", "is_list", "items",
 "values": [SUMMARY, ...], "calls": [CALL, ...]}]} (wire_values.py, wire_calls.py).
 """
@@ -36,6 +37,7 @@ import logging
 import os
 import sys
 import threading
+import time
 import weakref
 from collections import OrderedDict
 
@@ -54,6 +56,7 @@ log = logging.getLogger("fillscope.wires")
 _lock = threading.Lock()
 _records: OrderedDict[str, dict] = OrderedDict()  # prompt id -> {node id: record}
 _state = {"status": "not installed", "logged_failure": False, "route": False, "prompt": None}
+_cost = {"seconds": 0.0, "nodes": 0}  # the recorder's own time in this process (its hooks' included), nodes recorded
 _producers: dict[int, tuple] = {}  # id(MODEL / CLIP / VAE) -> (weakref to it, node id, slot): who handed it on
 
 
@@ -86,12 +89,19 @@ def install(execution_module=None) -> str:
     async def get_output_data(prompt_id, unique_id, obj, input_data_all, *args, **kwargs):
         if _state["status"] != "on":
             return await original(prompt_id, unique_id, obj, input_data_all, *args, **kwargs)
+        start = time.perf_counter()
         watch = _watch_safely(unique_id, input_data_all)
+        spent = time.perf_counter() - start
         try:
             result = await original(prompt_id, unique_id, obj, input_data_all, *args, **kwargs)
         finally:
+            start = time.perf_counter()
             calls = _close_safely(watch)
+            spent += time.perf_counter() - start + (watch.overhead if watch is not None else 0.0)
+        start = time.perf_counter()
         _record_safely(prompt_id, unique_id, obj, result, calls)
+        _cost["seconds"] += spent + time.perf_counter() - start
+        _cost["nodes"] += 1
         return result
 
     get_output_data._fillscope_wires = True
@@ -132,7 +142,9 @@ def _install_cached(executor_class) -> None:
     @functools.wraps(original)
     def add_message(self, event, data, *args, **kwargs):
         if event == "execution_cached" and _state["status"] == "on":
+            start = time.perf_counter()
             _record_cached_safely(self, data)
+            _cost["seconds"] += time.perf_counter() - start
         return original(self, event, data, *args, **kwargs)
 
     add_message._fillscope_wires = True
@@ -322,7 +334,9 @@ def add_route() -> None:
         prompt_id = request.rel_url.query.get("prompt_id")
         if prompt_id is None:
             with _lock:
-                return web.json_response({"status": status(), "prompts": list(_records)})
+                return web.json_response({"status": status(), "prompts": list(_records),
+                                          "recorder_seconds": round(_cost["seconds"], 6),
+                                          "nodes_recorded": _cost["nodes"]})
         return web.json_response({"prompt_id": prompt_id, "status": status(), "nodes": records_of(prompt_id),
                                   "inspect": _inspect_records(prompt_id)})
 
