@@ -3,8 +3,9 @@ watched, and what their networks were called with and gave back is written onto 
 
 How: forward hooks (torch's own, `with_kwargs`) on the networks inside ComfyUI's objects, added just before the node
 runs and removed in a `finally` when it returns, fails or is interrupted:
-- MODEL (a ModelPatcher): its diffusion model (`model.diffusion_model`): x as it enters (the sampler's latent with
-  any concatenated inpaint channels), timestep, context, y, guidance, every other tensor argument, the output;
+- MODEL (a ModelPatcher), or a GUIDER holding one (CFGGuider's, run by SamplerCustomAdvanced): its diffusion model
+  (`model.diffusion_model`): x as it enters (the sampler's latent with any concatenated inpaint channels), timestep,
+  context, y, guidance, every other tensor argument, the output;
 - CLIP: each text model of its `cond_stage_model` (clip_l, clip_g, t5xxl, qwen3 ...): tokens in, states out;
 - VAE: its `first_stage_model`'s encoder and decoder: pixels / latents in and out.
 A hook reads shapes, dtypes and devices only (never a tensor's values: no GPU synchronisation). The rows are those of
@@ -157,6 +158,9 @@ def networks(value) -> list[tuple[str, str, object]]:
     if torch is None:
         return []
     module_type = torch.nn.Module
+    guided = getattr(value, "model_patcher", None)  # a GUIDER (CFGGuider ...): SamplerCustomAdvanced runs its MODEL
+    if guided is not None and hasattr(guided, "model_options"):
+        value = guided
     if hasattr(value, "model") and hasattr(value, "model_options"):  # ModelPatcher
         dm = getattr(value.model, "diffusion_model", None)
         if isinstance(dm, module_type) and not compiled(value):
@@ -194,7 +198,8 @@ class NodeWatch:
         self.overhead = 0.0  # the hooks' own time, summed when they are removed
 
     def add(self, input_name: str, value, producer) -> None:
-        if hasattr(value, "model_options") and compiled(value):
+        patcher = getattr(value, "model_patcher", value)
+        if hasattr(patcher, "model_options") and compiled(patcher):
             self.not_hooked.append((input_name, producer, "torch.compile: not hooked (it would recompile)"))
             return
         for kind, part, module in networks(value):

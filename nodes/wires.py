@@ -49,6 +49,7 @@ ROUTE = "/fillscope/wires"
 EVENT = "fillscope.wires"
 MAX_PROMPTS = 32  # prompts whose records the route keeps
 MAX_CALLS = 16  # model-call records one wire keeps (a MODEL sampled by many nodes)
+MAX_NODES = 2048  # node records one prompt keeps (memory stays bounded on a huge graph; the rest are counted)
 EXPECTED = ("prompt_id", "unique_id", "obj", "input_data_all")
 EXPECTED_MESSAGE = ("self", "event", "data", "broadcast")
 
@@ -194,7 +195,8 @@ def _close_safely(watch: NodeWatch | None) -> list:
 
 
 def _is_model_like(value) -> bool:
-    return any(hasattr(value, a) for a in ("model_options", "cond_stage_model", "first_stage_model"))
+    """A MODEL, CLIP, VAE or GUIDER: what holds networks a later node may call."""
+    return any(hasattr(value, a) for a in ("model_options", "cond_stage_model", "first_stage_model", "model_patcher"))
 
 
 def _producer(unique_id, input_name, value) -> tuple[str, int] | None:
@@ -310,6 +312,9 @@ def store(prompt_id: str, node_id: str, record: dict) -> None:
     with _lock:
         nodes = _records.setdefault(prompt_id, {})
         _records.move_to_end(prompt_id)
+        if node_id not in nodes and len(nodes) >= MAX_NODES:
+            _cost["not kept"] = _cost.get("not kept", 0) + 1
+            return
         nodes[node_id] = record
         while len(_records) > MAX_PROMPTS:
             _records.popitem(last=False)

@@ -197,3 +197,30 @@ def test_the_shapes_report_of_a_graph_of_comfyuis_own_nodes_tables_its_wires(ser
     x = [r for r in rows if r.get("called_by") == sampler and r["tensor"] == "x (diffusion model in)"]
     assert len(x) == 1 and x[0]["shape"][1] == records[x[0]["inspect_node"]]["outputs"][0]["values"][0]["facts"][
         "model in channels"]
+
+
+def test_a_guider_wire_carries_the_calls_samplercustomadvanced_made(server):
+    """SamplerCustomAdvanced takes no MODEL: CFGGuider holds it, and the guider's wire gets the calls."""
+    prompt = ct.swapped("flux_fill_inpaint_example", server.object_info())
+    sampler = node_of(prompt, "KSampler")
+    k = prompt.pop(sampler)["inputs"]
+    prompt.update({
+        "g": {"class_type": "CFGGuider", "inputs": {"model": k["model"], "positive": k["positive"],
+                                                    "negative": k["negative"], "cfg": 1.0}},
+        "n": {"class_type": "RandomNoise", "inputs": {"noise_seed": 0}},
+        "s": {"class_type": "KSamplerSelect", "inputs": {"sampler_name": "euler"}},
+        "sg": {"class_type": "BasicScheduler", "inputs": {"model": k["model"], "scheduler": "simple",
+                                                          "steps": ct.STEPS, "denoise": 1.0}},
+        "sca": {"class_type": "SamplerCustomAdvanced", "inputs": {"noise": ["n", 0], "guider": ["g", 0],
+                                                                  "sampler": ["s", 0], "sigmas": ["sg", 0],
+                                                                  "latent_image": k["latent_image"]}},
+    })
+    prompt[node_of(prompt, "VAEDecode")]["inputs"]["samples"] = ["sca", 0]
+    entry = server.run(prompt, timeout=600)
+    records = server.get_json(f"/fillscope/wires?prompt_id={entry['prompt'][1]}")["nodes"]
+    (call,) = records["g"]["outputs"][0]["calls"]
+    assert (call["consumer"], call["input"], call["calls"], call["steps scheduled"]) == ("sca", "guider", ct.STEPS,
+                                                                                      ct.STEPS)
+    x = {r["name"]: r["shape"] for r in call["rows"]}["x (diffusion model in)"]
+    _, _, h, w = tensors(records[k["latent_image"][0]], k["latent_image"][1])["samples"]
+    assert x[2:] == [h, w]

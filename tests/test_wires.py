@@ -160,6 +160,9 @@ def test_the_route_keeps_the_newest_prompts_only():
         wires.store(f"p{i}", "1", {"node": "1"})
     kept = list(wires._records)
     assert len(kept) == wires.MAX_PROMPTS and kept[0] == "p3" and wires.records_of("p0") == {}
+    for i in range(wires.MAX_NODES + 5):  # and, within a prompt, the first MAX_NODES nodes
+        wires.store("big", str(i), {"node": str(i)})
+    assert len(wires.records_of("big")) == wires.MAX_NODES
 
 
 class Diffusion(torch.nn.Conv2d):
@@ -301,3 +304,13 @@ def test_an_add_message_of_another_shape_leaves_cached_nodes_unrecorded_with_one
         assert wires.install(module) == "on"
     assert module.PromptExecutor.add_message is before and len(caplog.records) == 1
     assert "add_message" in caplog.records[0].getMessage()
+
+
+def test_a_node_returning_nothing_and_subgraph_ids_are_recorded_as_they_are():
+    record = wire_values.record_outputs("12:3", Node, [[None], [], [None]])  # a subgraph's inner node (frontend ids)
+    assert (record["node"], record["display_node"]) == ("12:3", "12:3")
+    latent, image, texts = record["outputs"]
+    assert latent["values"] == [{"kind": "LATENT", "tensors": [], "facts": {"value": None}}]
+    assert (image["items"], image["values"]) == (0, [])
+    expanded = wire_values.record_outputs("7.0.1", Node, [])  # a node expansion's ephemeral node: shown on node 7
+    assert (expanded["display_node"], expanded["outputs"]) == ("7", [])
