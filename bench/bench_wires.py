@@ -11,7 +11,8 @@ Two figures:
   recorder_seconds, its forward hooks included), as a share of that server's CPU time for the same runs. Target:
   at most 2 %;
 - end to end: the median CPU time of a run on each server and their ratio (noisy on a shared 2-core machine: the
-  spread of the pairs is printed with it; no target).
+  spread of the pairs is printed with it; no target). FILLSCOPE_BENCH_CONTROL=1 starts both servers with the
+  recorder off: the ratio two equal servers give, the noise floor of that figure.
 
 Run from the repo root: .venv/bin/python bench/bench_wires.py
 """
@@ -26,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _benchlib as bl  # noqa: E402
 
 ROUNDS = int(os.environ.get("FILLSCOPE_BENCH_ROUNDS", "12"))
+CONTROL = os.environ.get("FILLSCOPE_BENCH_CONTROL") == "1"  # both servers off: how far apart two equal servers land
 TEMPLATE = "flux_fill_inpaint_example"
 TARGET = 0.02
 
@@ -48,7 +50,8 @@ def main() -> int:
     from test_server_wires_templates import prepare
 
     watch = bl.CpuWatch()
-    servers = {"on": ServerWithTestNodes(), "off": ServerWithTestNodes(env=dict(os.environ, FILLSCOPE_WIRES="off"))}
+    off = dict(os.environ, FILLSCOPE_WIRES="off")
+    servers = {"on": ServerWithTestNodes(env=off if CONTROL else None), "off": ServerWithTestNodes(env=off)}
     try:
         for server in servers.values():
             server.start()
@@ -73,12 +76,13 @@ def main() -> int:
     finally:
         for server in servers.values():
             server.cleanup()
-    own = own1["recorder_seconds"] - own0["recorder_seconds"]
-    nodes = own1["nodes_recorded"] - own0["nodes_recorded"]
+    own = own1.get("recorder_seconds", 0.0) - own0.get("recorder_seconds", 0.0)
+    nodes = own1.get("nodes_recorded", 0) - own0.get("nodes_recorded", 0)
     share = own / sum(cpu["on"])
     on, off = bl.median(cpu["on"]), bl.median(cpu["off"])
+    first = "run, server A: FILLSCOPE_WIRES=off too (CPU s)" if CONTROL else "run, recording (CPU s)"
     rows = [
-        ["run, recording (CPU s)", f"{on:.3f}", ", ".join(f"{x:.3f}" for x in cpu["on"]), "", ""],
+        [first, f"{on:.3f}", ", ".join(f"{x:.3f}" for x in cpu["on"]), "", ""],
         ["run, FILLSCOPE_WIRES=off (CPU s)", f"{off:.3f}", ", ".join(f"{x:.3f}" for x in cpu["off"]), "", ""],
         ["ratio on/off of the medians", f"{on / off:.3f}", ", ".join(f"{a / b:.3f}" for a, b in zip(cpu["on"], cpu["off"])),
          "(no target)", ""],
@@ -87,7 +91,8 @@ def main() -> int:
         ["recorder's share of the recording runs' CPU", f"{share:.2%}", "", f"<= {TARGET:.0%}", bl.verdict(share <= TARGET)],
     ]
     bl.print_report(
-        f"bench_wires: the wire recorder on ComfyUI's {TEMPLATE} (tiny stand-ins, {steps} steps, CPU)",
+        f"bench_wires: the wire recorder on ComfyUI's {TEMPLATE} (tiny stand-ins, {steps} steps, CPU)"
+        + (" -- CONTROL: both servers FILLSCOPE_WIRES=off" if CONTROL else ""),
         [f"how: two servers from the same files (recording / FILLSCOPE_WIRES=off), 1 warm-up run each, then {ROUNDS} "
          "rounds of /free + one run on each (alternating first); server CPU time from /proc/<pid>/stat; the recorder's "
          "own time from GET /fillscope/wires (recorder_seconds, measured by its code, hooks included)"],
