@@ -1,6 +1,7 @@
 """The wire recorder on a real ComfyUI server (nodes/wires.py): a graph of ComfyUI's own nodes only, nothing of
 FillScope in it, gets a record of every node's outputs at GET /fillscope/wires, with the shapes ComfyUI's code gives
-on each link; the route answers JSON a browser parses (no bare NaN) and keeps the newest prompts."""
+on each link; the route answers JSON a browser parses (no bare NaN) and keeps the newest prompts. A ComfyUI whose
+executor changed (simulated on a server of its own) switches the recorder off with one log line, and prompts run."""
 
 from __future__ import annotations
 
@@ -76,3 +77,54 @@ def test_the_next_prompt_has_records_of_its_own_and_the_server_log_has_no_record
     assert first != second
     assert "1" in wires(server, second)["nodes"] and "1" in wires(server, first)["nodes"]
     assert "wire recorder" not in server.log_text(since=server.module_log_start)  # neither off nor failing
+
+
+# A ComfyUI whose executor changed, simulated: a sitecustomize on the server's PYTHONPATH renames
+# execution.get_output_data's parameters (the same behaviour, another signature) as the module is imported, before
+# any custom node loads.
+CHANGED_EXECUTOR = '''
+import importlib.abc, importlib.machinery, sys
+
+class _Renamed(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name != "execution":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        run = spec.loader.exec_module
+
+        def exec_module(module):
+            run(module)
+            original = module.get_output_data
+
+            async def get_output_data(prompt, node, obj, inputs, *args, **kwargs):
+                return await original(prompt, node, obj, inputs, *args, **kwargs)
+
+            module.get_output_data = get_output_data
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+sys.meta_path.insert(0, _Renamed())
+'''
+
+
+def test_a_changed_comfyui_executor_switches_the_recorder_off_with_one_line_and_prompts_run(tmp_path):
+    import os
+
+    from comfy_server import ComfyServer, comfyui_installed
+
+    if not comfyui_installed():
+        pytest.skip("ComfyUI not installed")
+    (tmp_path / "sitecustomize.py").write_text(CHANGED_EXECUTOR)
+    path = os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH", "")) if p)
+    with ComfyServer(env=dict(os.environ, PYTHONPATH=path)) as changed:
+        changed.start()
+        status = wires(changed)["status"]
+        assert status == ("off (execution.get_output_data takes ('prompt', 'node', 'obj', 'inputs'), not "
+                          "('prompt_id', 'unique_id', 'obj', 'input_data_all'))")
+        for colour in (0x102030, 0x405060):  # prompts run, one after the other, as without the pack
+            entry = changed.run(core_graph(colour))
+            assert entry["outputs"]["3"]["images"] and wires(changed, entry["prompt"][1])["nodes"] == {}
+        lines = [line for line in changed.log_text().splitlines() if "wire recorder" in line]
+        assert lines == [f"[FillScope] wire recorder {status}: prompts run without it"], lines
