@@ -47,7 +47,6 @@ def as_shipped_steps(prompt: dict, ui: dict) -> None:
 def main() -> int:
     import comfy_templates as ct
     from comfy_server import ServerWithTestNodes
-    from test_server_wires_templates import prepare
 
     watch = bl.CpuWatch()
     off = dict(os.environ, FILLSCOPE_WIRES="off")
@@ -55,7 +54,7 @@ def main() -> int:
     try:
         for server in servers.values():
             server.start()
-            server.install(prepare)
+            server.install(ct.prepare)
         assert servers["off"].get_json("/fillscope/wires")["status"].startswith("off")
         prompt = ct.swapped(TEMPLATE, servers["on"].object_info())
         as_shipped_steps(prompt, ct.ui_template(TEMPLATE))

@@ -129,8 +129,22 @@ def _model_facts(value, kind: str) -> dict:
 
         facts = _Facts()
         static_facts(facts, value)
-        return facts.record["facts"]
+        return {**facts.record["facts"], **_detected_widths(value.model)}
     return {"class": type(value).__name__}
+
+
+def _detected_widths(base) -> dict:
+    """What ComfyUI's detection made of a MODEL's file (its supported_models class: SD15, SDXL, SD3, Flux,
+    FluxInpaint ...) and the text width its cross-attention takes (UNets' context_dim, MMDiT's context embedder): the
+    widths a shape failure is explained by (nodes/wire_explain.py)."""
+    config = getattr(base, "model_config", None)
+    out = {"detected": type(config).__name__} if config is not None else {}
+    unet = dict(getattr(config, "unet_config", None) or {})
+    embedder = (unet.get("context_embedder_config") or {}).get("params") or {}
+    width = unet.get("context_dim", embedder.get("in_features"))
+    if isinstance(width, int):
+        out["context width"] = width
+    return out
 
 
 class _Facts:

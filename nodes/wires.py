@@ -59,6 +59,9 @@ _records: OrderedDict[str, dict] = OrderedDict()  # prompt id -> {node id: recor
 _state = {"status": "not installed", "logged_failure": False, "route": False, "prompt": None}
 _cost = {"seconds": 0.0, "nodes": 0}  # the recorder's own time in this process (its hooks' included), nodes recorded
 _producers: dict[int, tuple] = {}  # id(MODEL / CLIP / VAE) -> (weakref to it, node id, slot): who handed it on
+_explanations: OrderedDict[str, dict] = OrderedDict()  # prompt id -> its failure explained (nodes/wire_explain.py)
+EXPLAIN_EVENT = "fillscope.explain"
+EXPLAIN_ROUTE = "/fillscope/explain"
 
 
 def status() -> str:
@@ -146,7 +149,10 @@ def _install_cached(executor_class) -> None:
             start = time.perf_counter()
             _record_cached_safely(self, data)
             _cost["seconds"] += time.perf_counter() - start
-        return original(self, event, data, *args, **kwargs)
+        result = original(self, event, data, *args, **kwargs)
+        if event == "execution_error" and _state["status"] == "on":  # after ComfyUI's own message and traceback
+            _explain_safely(data)
+        return result
 
     add_message._fillscope_wires = True
     executor_class.add_message = add_message
@@ -287,12 +293,37 @@ def _attach_call(prompt_id: str, producer, call: dict) -> None:
     with _lock:  # a new record in place of the old (a record once written is never changed: the route and the
         nodes = _records.get(prompt_id, {})  # websocket serialise them on another thread)
         record = nodes.get(node_id)
-        if record is None or slot >= len(record["outputs"]) or len(record["outputs"][slot].get("calls", ())) >= MAX_CALLS:
+        if record is None or slot >= len(record["outputs"]):
+            return
+        if len(record["outputs"][slot].get("calls", ())) >= MAX_CALLS:
             return
         outputs = list(record["outputs"])
         outputs[slot] = dict(outputs[slot], calls=[*outputs[slot].get("calls", ()), call])
         record = nodes[node_id] = dict(record, outputs=outputs)
     _send(prompt_id, node_id, record)
+
+
+def _explain_safely(error: dict) -> None:
+    """A failed prompt's error explained by the wires into the failing node: kept for GET /fillscope/explain, sent as
+    the websocket event `fillscope.explain`, and a few lines in the server log."""
+    try:
+        from .wire_explain import explain, log_lines
+
+        prompt = _state["prompt"]() if _state["prompt"] is not None else None
+        prompt_id = str(error.get("prompt_id"))
+        explanation = explain(error, prompt, records_of(prompt_id))
+        with _lock:
+            _explanations[prompt_id] = explanation
+            while len(_explanations) > MAX_PROMPTS:
+                _explanations.popitem(last=False)
+        for line in log_lines(explanation):
+            log.warning(line)
+        instance = getattr(getattr(sys.modules.get("server"), "PromptServer", None), "instance", None)
+        client = getattr(instance, "client_id", None)
+        if instance is not None and client is not None:
+            instance.send_sync(EXPLAIN_EVENT, explanation, client)
+    except Exception as e:  # noqa: BLE001 (ComfyUI's own error stands as it was)
+        _failed("(explain)", e)
 
 
 def _deliver(prompt_id: str, node_id: str, record: dict) -> None:
@@ -344,6 +375,13 @@ def add_route() -> None:
                                           "nodes_recorded": _cost["nodes"]})
         return web.json_response({"prompt_id": prompt_id, "status": status(), "nodes": records_of(prompt_id),
                                   "inspect": _inspect_records(prompt_id)})
+
+    @server.PromptServer.instance.routes.get(EXPLAIN_ROUTE)
+    async def explanation(request):
+        prompt_id = request.rel_url.query.get("prompt_id", "")
+        with _lock:
+            found = _explanations.get(prompt_id)
+        return web.json_response({"prompt_id": prompt_id, "status": status(), "explanation": found})
 
     _state["route"] = True
 

@@ -130,3 +130,16 @@ def write_inputs(input_dir: Path) -> None:
     for name in TEMPLATES:
         for file in input_images(name):
             Image.fromarray(rgba, "RGBA").save(Path(input_dir) / file)
+
+
+def prepare(server) -> None:
+    """The tiny FLUX Fill and SD3 folders the swapped loaders read, and the templates' input images (a server's
+    ServerWithTestNodes.install, tests/conftest.py's templates_server)."""
+    import native_templates as nt
+    from tiny_flux import build_tiny_flux_fill_folder
+
+    diffusers = Path(server.models_dir) / "diffusers"
+    build_tiny_flux_fill_folder(diffusers / FLUX, seed=0)
+    nt.build_sd3_folder(diffusers / SD3)
+    Path(server.input_dir).mkdir(parents=True, exist_ok=True)
+    write_inputs(server.input_dir)

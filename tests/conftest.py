@@ -172,6 +172,16 @@ def test_nodes_server():
     yield from _session_server(ServerWithTestNodes, "ComfyUI test-nodes server")
 
 
+@pytest.fixture(scope="module")
+def templates_server(test_nodes_server):
+    """test_nodes_server for one module, with what ComfyUI's own templates need on tiny weights (comfy_templates.py:
+    the tiny FLUX Fill and SD3 folders, the templates' input images)."""
+    import comfy_templates
+
+    with test_nodes_server.module(comfy_templates.prepare) as server:
+        yield server
+
+
 @pytest.fixture(scope="session")
 def comfy_models_dir(comfy_server) -> Path:
     """<server workdir>/models: subfolders diffusers/, checkpoints/, vae/, text_encoders/, diffusion_models/,

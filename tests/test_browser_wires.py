@@ -20,7 +20,6 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from browser import VUE_NODES, ComfyPage, http_json, require_browser, require_newest_frontend  # noqa: E402
-from test_server_wires_templates import prepare  # noqa: E402
 
 pytestmark = pytest.mark.server
 
@@ -39,19 +38,13 @@ LABELS_JS = "() => window.FillScope.wires.labels()"
 
 
 @pytest.fixture(scope="module")
-def pinned_server(test_nodes_server):
-    with test_nodes_server.module(prepare) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
 def newest_server():
     from comfy_server import ServerWithTestNodes
 
     server = ServerWithTestNodes(front_end_root=require_newest_frontend())
     try:
         server.start()
-        server.install(prepare)
+        server.install(ct.prepare)
         yield server
     finally:
         server.cleanup()
@@ -83,7 +76,7 @@ def labelled(cp, records: dict) -> dict:
 @pytest.mark.parametrize("which", ["pinned", "newest"])
 def test_every_link_of_comfyuis_flux_inpaint_template_shows_its_shape_on_both_renderers(request, which):
     require_browser("the wire labels on both frontends")
-    server = request.getfixturevalue(f"{which}_server")
+    server = request.getfixturevalue({"pinned": "templates_server", "newest": "newest_server"}[which])
     http_json(server.url + "/history", {"clear": True})
     settings = {VUE_NODES: False, "Comfy.Window.UnloadConfirmation": False}
     with ComfyPage(server.url, viewport=(1600, 1000), settings=settings) as cp:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import io
 import os
-from pathlib import Path
 
 import comfy_templates as ct
 import numpy as np
@@ -20,41 +19,24 @@ from PIL import Image
 pytestmark = pytest.mark.server
 
 
-def prepare(server) -> None:
-    import native_templates as nt
-    from tiny_flux import build_tiny_flux_fill_folder
-
-    diffusers = Path(server.models_dir) / "diffusers"
-    build_tiny_flux_fill_folder(diffusers / ct.FLUX, seed=0)
-    nt.build_sd3_folder(diffusers / ct.SD3)
-    Path(server.input_dir).mkdir(parents=True, exist_ok=True)
-    ct.write_inputs(server.input_dir)
-
-
 @pytest.fixture(scope="module")
-def server(test_nodes_server):
-    with test_nodes_server.module(prepare) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def runs(server):
+def runs(templates_server):
     """Each template run once on the recording server: (prompt, history entry, /fillscope/wires answer)."""
-    info = server.object_info()
+    info = templates_server.object_info()
     done = {}
     for name in ct.TEMPLATES:
         prompt = ct.swapped(name, info)
-        entry = server.run(prompt, timeout=600)
+        entry = templates_server.run(prompt, timeout=600)
         prompt_id = entry["prompt"][1]
-        done[name] = (prompt, entry, server.get_json(f"/fillscope/wires?prompt_id={prompt_id}"))
+        done[name] = (prompt, entry, templates_server.get_json(f"/fillscope/wires?prompt_id={prompt_id}"))
     return done
 
 
-def saved_pixels(server, entry) -> dict:
+def saved_pixels(templates_server, entry) -> dict:
     out = {}
     for node_id, output in entry["outputs"].items():
         for image in output.get("images", []):
-            data = server.view(image["filename"], image["subfolder"], image["type"])
+            data = templates_server.view(image["filename"], image["subfolder"], image["type"])
             out[node_id] = np.asarray(Image.open(io.BytesIO(data)))
     return out
 
@@ -140,14 +122,15 @@ def test_clip_and_vae_wires_carry_the_text_models_and_the_coders_calls(runs):
     assert by[(condition, "encoder")]["encoder in"] == [1, 3, ct.INPUT_SIZE, ct.INPUT_SIZE]
 
 
-def test_nodes_served_from_the_cache_keep_their_record_marked_cached(server, runs):
+def test_nodes_served_from_the_cache_keep_their_record_marked_cached(templates_server, runs):
     prompt, _, _ = runs["flux_fill_inpaint_example"]
     again = {k: {**v, "inputs": dict(v["inputs"])} for k, v in prompt.items()}
     sampler = node_of(again, "KSampler")
     again[sampler]["inputs"]["seed"] += 1  # only the sampler and what follows it run again
-    server.run(prompt, timeout=600)  # ComfyUI's cache holds the outputs of the latest prompt's nodes: this one's
-    entry = server.run(again, timeout=600)
-    records = server.get_json(f"/fillscope/wires?prompt_id={entry['prompt'][1]}")["nodes"]
+    # ComfyUI's cache holds the outputs of the latest prompt's nodes: this one's
+    templates_server.run(prompt, timeout=600)
+    entry = templates_server.run(again, timeout=600)
+    records = templates_server.get_json(f"/fillscope/wires?prompt_id={entry['prompt'][1]}")["nodes"]
     assert set(again) <= set(records)
     loader = node_of(again, "NativeFillTestTinyFluxFill")
     assert records[loader]["cached"] and not records[sampler]["cached"]
@@ -155,7 +138,7 @@ def test_nodes_served_from_the_cache_keep_their_record_marked_cached(server, run
     assert records[source]["cached"] and records[source]["outputs"][slot]["calls"][0]["consumer"] == sampler
 
 
-def test_outputs_are_the_same_bits_with_the_recorder_off(server, runs):
+def test_outputs_are_the_same_bits_with_the_recorder_off(templates_server, runs):
     from comfy_server import ServerWithTestNodes, comfyui_installed
 
     if not comfyui_installed():
@@ -163,12 +146,12 @@ def test_outputs_are_the_same_bits_with_the_recorder_off(server, runs):
     off = ServerWithTestNodes(env=dict(os.environ, FILLSCOPE_WIRES="off"))
     try:
         off.start()
-        off.install(prepare)
+        off.install(ct.prepare)
         assert off.get_json("/fillscope/wires")["status"] == "off (FILLSCOPE_WIRES=off)"
         assert "wire recorder off (FILLSCOPE_WIRES=off)" in off.log_text()
         for name in ct.TEMPLATES:
             prompt, entry, _ = runs[name]
-            recorded = saved_pixels(server, entry)
+            recorded = saved_pixels(templates_server, entry)
             unrecorded = saved_pixels(off, off.run(prompt, timeout=600))
             assert recorded and recorded.keys() == unrecorded.keys(), name
             for node_id, pixels in recorded.items():
@@ -177,16 +160,16 @@ def test_outputs_are_the_same_bits_with_the_recorder_off(server, runs):
         off.cleanup()
 
 
-def test_the_shapes_report_of_a_graph_of_comfyuis_own_nodes_tables_its_wires(server):
-    prompt = ct.swapped("flux_fill_inpaint_example", server.object_info())
+def test_the_shapes_report_of_a_graph_of_comfyuis_own_nodes_tables_its_wires(templates_server):
+    prompt = ct.swapped("flux_fill_inpaint_example", templates_server.object_info())
     decode = node_of(prompt, "VAEDecode")
     prompt["900"] = {"class_type": "FillScopeShapesReport", "inputs": {"filename_prefix": "wires/report",
                                                                        "after": [decode, 0]}}
-    entry = server.run(prompt, timeout=600)
+    entry = templates_server.run(prompt, timeout=600)
     out = entry["outputs"]["900"]
     text, rows = out["text"][0], out["fillscope_boundaries"]
     assert "not observed" not in text
-    records = server.get_json(f"/fillscope/wires?prompt_id={entry['prompt'][1]}")["nodes"]
+    records = templates_server.get_json(f"/fillscope/wires?prompt_id={entry['prompt'][1]}")["nodes"]
     tabled = {(r["inspect_node"], r["boundary"]): r["shape"] for r in rows}
     for source, slot, _, _, kind in ct.links("flux_fill_inpaint_example"):
         output = records[source]["outputs"][slot]
@@ -199,9 +182,9 @@ def test_the_shapes_report_of_a_graph_of_comfyuis_own_nodes_tables_its_wires(ser
         "model in channels"]
 
 
-def test_a_guider_wire_carries_the_calls_samplercustomadvanced_made(server):
+def test_a_guider_wire_carries_the_calls_samplercustomadvanced_made(templates_server):
     """SamplerCustomAdvanced takes no MODEL: CFGGuider holds it, and the guider's wire gets the calls."""
-    prompt = ct.swapped("flux_fill_inpaint_example", server.object_info())
+    prompt = ct.swapped("flux_fill_inpaint_example", templates_server.object_info())
     sampler = node_of(prompt, "KSampler")
     k = prompt.pop(sampler)["inputs"]
     prompt.update({
@@ -216,8 +199,8 @@ def test_a_guider_wire_carries_the_calls_samplercustomadvanced_made(server):
                                                                   "latent_image": k["latent_image"]}},
     })
     prompt[node_of(prompt, "VAEDecode")]["inputs"]["samples"] = ["sca", 0]
-    entry = server.run(prompt, timeout=600)
-    records = server.get_json(f"/fillscope/wires?prompt_id={entry['prompt'][1]}")["nodes"]
+    entry = templates_server.run(prompt, timeout=600)
+    records = templates_server.get_json(f"/fillscope/wires?prompt_id={entry['prompt'][1]}")["nodes"]
     (call,) = records["g"]["outputs"][0]["calls"]
     assert (call["consumer"], call["input"], call["calls"], call["steps scheduled"]) == ("sca", "guider", ct.STEPS,
                                                                                       ct.STEPS)

@@ -4,17 +4,24 @@
 // calls the MODEL / CLIP / VAE on a wire got later; each arrives here as the websocket event `fillscope.wires`
 // {prompt_id, node, record}. Each link is labelled from the record of the output it leaves: its first tensor's
 // shape and dtype ("[1,16,128,128] bf16"), a CONDITIONING's first tensor and its number of entries, a MODEL's
-// architecture and, once sampled, its diffusion model's input; a list output its length. The label sits under the
-// link's centre marker, about 11 px high on screen at every zoom above MIN_SCALE, and is left out where it would
-// cover a node. Hovering a label draws the whole record next to it.
+// architecture and, once sampled, its diffusion model's input; a list output its length. Hovering a label draws the
+// whole record next to it.
+//
+// Where: on the link's curve, at the free spot nearest its middle (not over a node, nor over another label); a link
+// that runs behind nodes all along gets the spot that covers least (`covered()` lists those). Placements are kept
+// until the link's ends, its text or the zoom change. Text 10 graph units high (10 px at 100 %), never under 7 px on
+// screen; no labels zoomed out below MIN_SCALE.
 //
 // A label is drawn only where the record's node class is the node's on the canvas (another workflow's records never
 // label this one). After a page reload or on loading a workflow the labels come back from the newest run of this very
 // workflow in /history (its extra_pnginfo.workflow.id is the graph's id) whose records the server still keeps
-// (GET /fillscope/wires?prompt_id=ID). The setting "FillScope › Wires › Shapes on links" switches them off.
+// (GET /fillscope/wires?prompt_id=ID). The setting "FillScope › Wires › Shapes on links" switches them off. Links
+// inside a subgraph, and those leaving a subgraph node, are not labelled yet (their records are under the inner
+// nodes' "outer:inner" ids).
 //
 // Drawn in LGraphCanvas.onDrawForeground (graph coordinates), so in the litegraph canvas and in Nodes 2.0, whose
-// links are drawn on that canvas too. Test hooks: window.FillScope.wires = {records(), labels(), promptId()}.
+// links are drawn on that canvas too. Test hooks: window.FillScope.wires = {records(), labels(), promptId(),
+// covered(), draws()}.
 import { app } from "../../scripts/app.js";
 import { api } from "../../scripts/api.js";
 import { fetchHistory } from "./fillscope_memory.js";
@@ -29,14 +36,15 @@ const MONO = 'ui-monospace, SFMono-Regular, Menlo, Consolas, "DejaVu Sans Mono",
 const DTYPES = { float32: "f32", float16: "f16", bfloat16: "bf16", float64: "f64", float8_e4m3fn: "f8e4m3",
   float8_e5m2: "f8e5m2", int64: "i64", int32: "i32", uint8: "u8", bool: "bool" };
 
-const state = { records: new Map(), promptId: null, labels: [], covered: [], hover: null, draws: 0 };
+const state = { records: new Map(), promptId: null, labels: [], covered: [], hover: null, draws: 0, warned: false,
+  places: new Map() }; // places: link id -> {key, x, y, cover} (see place)
 
 const FS = (window.FillScope = window.FillScope && typeof window.FillScope === "object" ? window.FillScope : {});
 FS.wires = {
   records: () => Object.fromEntries(state.records),
   labels: () => state.labels.map(({ link, text, x, y, w, h }) => ({ link, text, x, y, w, h })),
   promptId: () => state.promptId,
-  covered: () => state.covered.slice(), // links whose label would cover a node (not drawn)
+  covered: () => state.covered.slice(), // links whose label covers a node (the link runs behind nodes all along)
   draws: () => state.draws, // canvas frames the labels were drawn in
 };
 
@@ -164,8 +172,7 @@ function endpoints(graph, link) {
 
 /** Where a w x h label goes: the free spot on the link nearest its middle (not over a node, nor over another label);
  *  where the link runs behind nodes all along, the spot that covers the least. [x, y, covers] */
-function place(graph, link, w, h, nodes, placed) {
-  const ends = endpoints(graph, link);
+function place(ends, link, w, h, nodes, placed) {
   const pts = ends ? alongLink(ends[0], ends[1]) : [{ t: 0.5, p: [link._pos[0], link._pos[1]] }];
   let best = null;
   for (const { p } of pts) {
@@ -199,7 +206,15 @@ function drawLabels(ctx) {
     if (!text) continue;
     const w = ctx.measureText(text).width + 2 * pad;
     const h = px + 2 * pad;
-    const [x, y, cover] = place(graph, link, w, h, nodes, placed);
+    const ends = endpoints(graph, link);
+    const key = `${text}|${px}|${ends ? ends.flat().map((v) => v.toFixed(1)).join(",") : link._pos.join(",")}`;
+    let spot = state.places.get(link.id);
+    if (spot?.key !== key) {
+      const [sx, sy, sc] = place(ends, link, w, h, nodes, placed);
+      spot = { key, x: sx, y: sy, cover: sc };
+      state.places.set(link.id, spot);
+    }
+    const { x, y, cover } = spot;
     if (cover > 0) state.covered.push(link.id);
     placed.push([x, y, w, h]);
     ctx.fillStyle = "rgba(18,18,22,0.85)";
@@ -263,6 +278,7 @@ app.registerExtension({
   async setup() {
     api.addEventListener("execution_start", (e) => {
       state.records = new Map();
+      state.places.clear();
       state.promptId = e.detail?.prompt_id ?? null;
       redraw();
     });
@@ -283,7 +299,8 @@ app.registerExtension({
       try {
         drawLabels(ctx);
       } catch (err) {
-        console.warn("[FillScope] could not draw the wire labels", err);
+        if (!state.warned) console.warn("[FillScope] could not draw the wire labels", err); // once, not every frame
+        state.warned = true;
       }
       return r;
     };
@@ -296,6 +313,7 @@ app.registerExtension({
   },
   async afterConfigureGraph() {
     state.records = new Map();
+    state.places.clear();
     state.promptId = null;
     restore(app.graph).catch((err) => console.warn("[FillScope] could not restore the wire labels", err));
   },

@@ -7,6 +7,8 @@ pack.
   NativeTemplateTestTinySD3CLIP (ComfyUI's SD3 CLIP on the tiny SD3 folder's CLIP-L and CLIP-G), VAE =
   NativeTestTinyTAESD (ComfyUI's VAE over TAESD, 16 channels, seeded), each taken from ComfyUI's node registry when
   it runs. (CheckpointLoaderSimple cannot load a tiny SD3: a checkpoint's VAE is always built at full size.)
+- WiresTestFailOtherwise: takes an IMAGE and fails with a message that is no shape error (tests/test_server_explain.py:
+  an unrecognised failure gets its inputs listed, no guess).
 """
 
 from __future__ import annotations
@@ -32,4 +34,17 @@ class TinySD3Checkpoint:
         return model, clip, vae
 
 
-NODE_CLASS_MAPPINGS = {"WiresTestTinySD3Checkpoint": TinySD3Checkpoint}
+class FailOtherwise:
+    @classmethod
+    def INPUT_TYPES(cls):
+        return {"required": {"image": ("IMAGE",)}}
+
+    RETURN_TYPES = ("IMAGE",)
+    FUNCTION = "fail"
+    CATEGORY = "FillScope tests"
+
+    def fail(self, image):
+        raise RuntimeError("the lamp ran out of oil")
+
+
+NODE_CLASS_MAPPINGS = {"WiresTestTinySD3Checkpoint": TinySD3Checkpoint, "WiresTestFailOtherwise": FailOtherwise}
