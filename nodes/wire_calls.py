@@ -148,6 +148,8 @@ class Watch:
                         for n, r, s, d, dev in self.rows]}
         if self.steps is not None:
             out["steps scheduled"] = self.steps
+        if self._pending:  # entered and never returned: the node failed (or was interrupted) inside
+            out["unfinished"] = len(self._pending)
         return out
 
 
@@ -209,12 +211,13 @@ class NodeWatch:
             self.watches.append((input_name, producer, Watch(kind, part, module)))
 
     def close(self) -> list[tuple[str, object, dict]]:
-        """Removes every hook; (input name, producer, call record) of each network called at least once."""
+        """Removes every hook; (input name, producer, call record) of each network called at least once, or entered
+        (a call the node failed in: its inputs are recorded, `unfinished` counts it)."""
         done = []
         for input_name, producer, watch in self.watches:
             watch.remove()
             self.overhead += watch.overhead
-            if watch.calls:
+            if watch.calls or watch.rows:
                 done.append((input_name, producer, watch.record()))
         self.watches.clear()
         return done

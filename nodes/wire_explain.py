@@ -13,7 +13,8 @@ message); ComfyUI's own error is reported as it was.
 EXPLANATION = {"prompt_id", "node", "class_type", "message", "kind" (matmul, conv channels, size match, cat, stack,
 view, state dict, or "unrecognised"), "numbers": {...}, "inputs": [INPUT], "culprits": [CULPRIT], "fix"};
 INPUT = {"input", "node", "slot", "type", "shapes": [{"name", "shape"}], "facts": {...}, "architecture", "source":
-[{"node", "class_type", "inputs": {name: file or folder}}]}; CULPRIT = INPUT's keys plus "carries" (what of it
+[{"node", "class_type", "inputs": {name: file or folder}}], "called with": [{"network", "name", "shape"}] (what the
+failing node's calls to a MODEL / CLIP / VAE on it got, up to the failure)}; CULPRIT = INPUT's keys plus "carries" (what of it
 matches which number of the message).
 """
 
@@ -143,9 +144,12 @@ def describe_inputs(prompt, node_id: str, records: dict) -> list[dict]:
         output = outputs[slot]
         value = (output.get("values") or [{}])[0]
         facts = value.get("facts", {})
+        called = [{"network": c.get("part"), "name": r["name"], "shape": r["shape"]}
+                  for c in output.get("calls", []) if str(c.get("consumer")) == str(node_id) for r in c.get("rows", [])]
         out.append({"input": name, "node": source, "slot": slot, "type": output.get("type", "?"),
                     "class_type": record.get("class_type", ""),
                     "shapes": [{"name": t["name"], "shape": t["shape"]} for t in value.get("tensors", [])],
+                    "called with": called,  # what the failing node's calls to this MODEL / CLIP / VAE got
                     "facts": facts, "architecture": _family(facts, output.get("type", "")),
                     "source": _sources(prompt, source, output.get("type", ""), records)})
     return out

@@ -98,10 +98,12 @@ def install(execution_module=None) -> str:
         spent = time.perf_counter() - start
         try:
             result = await original(prompt_id, unique_id, obj, input_data_all, *args, **kwargs)
-        finally:
-            start = time.perf_counter()
-            calls = _close_safely(watch)
-            spent += time.perf_counter() - start + (watch.overhead if watch is not None else 0.0)
+        except BaseException:  # the node failed or was interrupted: its hooks go, what its calls got stays
+            _attach_calls_safely(prompt_id, unique_id, _close_safely(watch))
+            raise
+        start = time.perf_counter()
+        calls = _close_safely(watch)
+        spent += time.perf_counter() - start + (watch.overhead if watch is not None else 0.0)
         start = time.perf_counter()
         _record_safely(prompt_id, unique_id, obj, result, calls)
         _cost["seconds"] += spent + time.perf_counter() - start
@@ -227,9 +229,8 @@ def _record_safely(prompt_id, unique_id, obj, result, calls: list) -> None:
             _set_status("off (execution.get_output_data returned no (outputs, ui, has_subgraph, has_pending) tuple)",
                         log_it=True)
             return
+        _attach_calls_safely(prompt_id, unique_id, calls)
         prompt_id, node_id = str(prompt_id), str(unique_id)
-        for input_name, producer, call in calls:
-            _attach_call(prompt_id, producer, dict(call, consumer=node_id, input=input_name))
         outputs, _, has_subgraph, has_pending = result
         if has_subgraph or has_pending:  # an expanded node's outputs come from its subgraph's nodes, recorded there
             return
@@ -237,6 +238,14 @@ def _record_safely(prompt_id, unique_id, obj, result, calls: list) -> None:
         _remember_producers(node_id, outputs)
         _deliver(prompt_id, node_id, record)
     except Exception as e:  # noqa: BLE001 (never fail a prompt: log once, go on)
+        _failed(unique_id, e)
+
+
+def _attach_calls_safely(prompt_id, unique_id, calls: list) -> None:
+    try:
+        for input_name, producer, call in calls:
+            _attach_call(str(prompt_id), producer, dict(call, consumer=str(unique_id), input=input_name))
+    except Exception as e:  # noqa: BLE001
         _failed(unique_id, e)
 
 

@@ -4,7 +4,9 @@ on both frontends (the pinned 1.32.9 and the newest, browser.NEWEST_FRONTEND), i
 the workflow, queues it from the canvas, and web/fillscope_wires.js labels each link from the wire recorder's records
 (websocket `fillscope.wires`), with the text the record gives; the labels stay when the page switches to Nodes 2.0
 (setting Comfy.VueNodes.Enabled, live) and come back after a reload (from /history and /fillscope/wires); the setting
-FillScope.Wires.ShapesOnLinks switches them off. Screenshots of the labelled links under test-artifacts/browser/wires.
+FillScope.Wires.ShapesOnLinks switches them off. A shape failure (SD3's CLIP into the same graph) turns the labels
+of the links its explanation blames red (websocket `fillscope.explain`). Screenshots of the labelled links under
+test-artifacts/browser/wires.
 
 One server per frontend with tests/comfy_nodes (the session's test-nodes server for 1.32.9; one started here for the
 newest, ComfyUI's --front-end-root). Needs playwright and a system chromium (skipped without them outside CI, a
@@ -114,4 +116,24 @@ def test_every_link_of_comfyuis_flux_inpaint_template_shows_its_shape_on_both_re
         cp.page.evaluate("() => window.app.canvas.draw(true, true)")
         assert cp.page.evaluate(LABELS_JS) == []
         cp.page.evaluate("async (id) => { await window.app.ui.settings.setSettingValueAsync(id, true); }", SETTING)
+        assert cp.errors() == [], cp.errors()
+
+        # a CLIP of another family (SD3's) into the same graph: KSampler fails on shapes; the explanation arrives
+        # (websocket fillscope.explain), the links it blames turn red, the page takes it without an error
+        failing = ct.swapped_ui(TEMPLATE)
+        clip = next(n for n in failing["nodes"] if n["id"] == 34)
+        clip["type"], clip["widgets_values"] = "NativeTemplateTestTinySD3CLIP", [ct.SD3]
+        cp.load_workflow(failing)
+        cp.dismiss_dialogs()
+        failed_id = cp.queue()
+        assert cp.wait_executed(failed_id, timeout=180) == "error"
+        cp.dismiss_dialogs()
+        cp.page.wait_for_function("(pid) => window.FillScope.wires.explanation()?.prompt_id === pid", arg=failed_id)
+        explanation = cp.page.evaluate("() => window.FillScope.wires.explanation()")
+        assert explanation["fix"].startswith("the CONDITIONING on 'positive' is 4096 wide")
+        cp.fit_view()
+        cp.page.wait_for_function("() => window.FillScope.wires.labels().some(l => l.red)")
+        red = {label["link"] for label in cp.page.evaluate(LABELS_JS) if label["red"]}
+        assert red == {77, 78, 86}  # positive and negative from InpaintModelConditioning, the MODEL into KSampler
+        cp.screenshot(SHOTS / f"{which}-explained.png")
         assert cp.errors() == [], cp.errors()

@@ -90,7 +90,10 @@ def test_a_4_channel_latent_into_flux_names_the_latent(templates_server, base):
     assert got["fix"] == ("the LATENT on 'latent_image' from node 60 has 4 channels; the MODEL from node 39 (FLUX.1 "
                           "Fill) works on 16-channel latents: make the latent with EmptySD3LatentImage (16 channels: "
                           "SD3, FLUX.1), or use the model of the family that made it")
-    assert culprit(got, "model")["carries"] == ["model in channels 96 (x4 patched)"]
+    model = culprit(got, "model")
+    assert model["carries"] == ["model in channels 96 (x4 patched)"]
+    called = {c["name"]: c["shape"] for c in model["called with"]}  # the call it failed in: 4 + 80 channels, not 96
+    assert called["x (diffusion model in)"] == [1, 84, 8, 8]
 
 
 def test_a_4_channel_latent_into_a_16_channel_vae_decode_names_both(templates_server, base):

@@ -314,3 +314,22 @@ def test_a_node_returning_nothing_and_subgraph_ids_are_recorded_as_they_are():
     assert (image["items"], image["values"]) == (0, [])
     expanded = wire_values.record_outputs("7.0.1", Node, [])  # a node expansion's ephemeral node: shown on node 7
     assert (expanded["display_node"], expanded["outputs"]) == ("7", [])
+
+
+def test_the_calls_of_a_node_that_failed_stay_on_the_wire_with_the_unfinished_one_counted():
+    model = Patcher()
+
+    class Broken(Diffusion):
+        def forward(self, x, transformer_options=None):
+            raise RuntimeError("mat1 and mat2 shapes cannot be multiplied (16x336 and 384x64)")
+
+    model.model.diffusion_model = Broken(4, 4, 1)
+    module = sampling_executor(calls=1)
+    wires.install(module)
+    asyncio.run(module.get_output_data("p", "4", Loader, {"made": [model]}))
+    with pytest.raises(RuntimeError, match="mat1 and mat2"):
+        asyncio.run(module.get_output_data("p", "3", Sampler, {"model": [model]}))
+    (call,) = wires.records_of("p")["4"]["outputs"][0]["calls"]
+    assert (call["consumer"], call["calls"], call["unfinished"]) == ("3", 0, 1)
+    assert {r["name"]: r["shape"] for r in call["rows"]} == {"x (diffusion model in)": [1, 4, 8, 8]}
+    assert not model.model.diffusion_model._forward_pre_hooks and not model.model.diffusion_model._forward_hooks

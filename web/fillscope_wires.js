@@ -19,6 +19,9 @@
 // inside a subgraph, and those leaving a subgraph node, are not labelled yet (their records are under the inner
 // nodes' "outer:inner" ids).
 //
+// A failed prompt's explanation (`fillscope.explain`, nodes/wire_explain.py) turns the labels of the links it blames
+// red; its fix is logged in the browser console (a panel beside ComfyUI's error comes with issue 34's next part).
+//
 // Drawn in LGraphCanvas.onDrawForeground (graph coordinates), so in the litegraph canvas and in Nodes 2.0, whose
 // links are drawn on that canvas too. Test hooks: window.FillScope.wires = {records(), labels(), promptId(),
 // covered(), draws()}.
@@ -27,6 +30,7 @@ import { api } from "../../scripts/api.js";
 import { fetchHistory } from "./fillscope_memory.js";
 
 const EVENT = "fillscope.wires";
+const EXPLAIN_EVENT = "fillscope.explain"; // a failed node's shape error explained (nodes/wire_explain.py)
 const SETTING = "FillScope.Wires.ShapesOnLinks";
 const FONT_GRAPH_PX = 10; // label text height in graph units (10 px on screen at 100 %), ...
 const MIN_SCREEN_PX = 7; // ... and never under 7 px on screen when zoomed out
@@ -37,16 +41,23 @@ const DTYPES = { float32: "f32", float16: "f16", bfloat16: "bf16", float64: "f64
   float8_e5m2: "f8e5m2", int64: "i64", int32: "i32", uint8: "u8", bool: "bool" };
 
 const state = { records: new Map(), promptId: null, labels: [], covered: [], hover: null, draws: 0, warned: false,
-  places: new Map() }; // places: link id -> {key, x, y, cover} (see place)
+  places: new Map(), explanation: null }; // places: link id -> {key, x, y, cover} (see place)
 
 const FS = (window.FillScope = window.FillScope && typeof window.FillScope === "object" ? window.FillScope : {});
 FS.wires = {
   records: () => Object.fromEntries(state.records),
-  labels: () => state.labels.map(({ link, text, x, y, w, h }) => ({ link, text, x, y, w, h })),
+  labels: () => state.labels.map(({ link, text, x, y, w, h, red }) => ({ link, text, x, y, w, h, red })),
   promptId: () => state.promptId,
   covered: () => state.covered.slice(), // links whose label covers a node (the link runs behind nodes all along)
   draws: () => state.draws, // canvas frames the labels were drawn in
+  explanation: () => state.explanation, // the last failure explained in this page's prompt (fillscope.explain)
 };
+
+/** Whether a link leaves an output the last explanation blames (its label is drawn red). */
+function blamed(link) {
+  const culprits = state.explanation?.prompt_id === state.promptId ? state.explanation.culprits ?? [] : [];
+  return culprits.some((c) => String(c.node) === String(link.origin_id) && Number(c.slot) === Number(link.origin_slot));
+}
 
 function enabled() {
   try {
@@ -217,13 +228,14 @@ function drawLabels(ctx) {
     const { x, y, cover } = spot;
     if (cover > 0) state.covered.push(link.id);
     placed.push([x, y, w, h]);
-    ctx.fillStyle = "rgba(18,18,22,0.85)";
+    const red = blamed(link);
+    ctx.fillStyle = red ? "rgba(150,20,20,0.92)" : "rgba(18,18,22,0.85)";
     ctx.beginPath();
     ctx.roundRect ? ctx.roundRect(x, y, w, h, 3 * pad / 2) : ctx.rect(x, y, w, h);
     ctx.fill();
     ctx.fillStyle = record.cached ? "#9fc3dc" : "#ececec";
     ctx.fillText(text, x + pad, y + pad);
-    state.labels.push({ link: link.id, text, x, y, w, h, record, slot: link.origin_slot });
+    state.labels.push({ link: link.id, text, x, y, w, h, record, slot: link.origin_slot, red });
   }
   const mouse = canvas.graph_mouse;
   const hovered = mouse && state.labels.find((l) => mouse[0] >= l.x && mouse[0] <= l.x + l.w && mouse[1] >= l.y && mouse[1] <= l.y + l.h);
@@ -290,6 +302,12 @@ app.registerExtension({
         state.promptId = d.prompt_id;
       }
       state.records.set(String(d.node), d.record);
+      redraw();
+    });
+    // registered even where nothing is drawn of it: the pinned frontend throws on a message type nobody listens to
+    api.addEventListener(EXPLAIN_EVENT, (e) => {
+      state.explanation = e.detail ?? null;
+      if (state.explanation?.fix) console.info("[FillScope] " + state.explanation.fix);
       redraw();
     });
     const canvas = app.canvas;
