@@ -36,6 +36,7 @@ def fails(templates_server, prompt) -> tuple[dict, dict]:
     error = next(m[1] for m in entry["status"]["messages"] if m[0] == "execution_error")
     explanation = templates_server.get_json(f"/fillscope/explain?prompt_id={prompt_id}")["explanation"]
     assert explanation is not None and explanation["message"] == error["exception_message"]
+    print(f"\n[explain] {error['node_type']}: {error['exception_message'].strip()}\n  -> {explanation['fix']}")
     return error, explanation
 
 
