@@ -9,6 +9,7 @@ from fillscope.trace.summary import (
     FLUX_FILL_BOUNDARIES,
     boundary_rows,
     family_of,
+    format_rows,
     format_sections,
     table_kind,
     wire_section,
@@ -52,3 +53,8 @@ def test_a_wire_record_becomes_a_section_of_its_outputs_and_the_calls_on_them():
         "MODEL -> diffusion_model: x (diffusion model in)", [1, 96, 8, 8], "3")
     text = format_sections([section])
     assert text.startswith("DifferentialDiffusion (node 39)") and "[1, 96, 8, 8]" in text
+
+
+def test_a_loaders_record_without_tensors_tables_nothing_and_says_so():
+    docs = [document("Load T5", [])]  # FillScope Load T5's shapes: facts, no tensor, no family
+    assert boundary_rows(docs) == [] and format_rows([]) == "(no tensor recorded)"

@@ -203,6 +203,8 @@ def crop_line(documents, rows) -> str | None:
 
 
 def format_rows(rows) -> str:
+    if not rows:  # records of no family and without a tensor (a loader's shapes): nothing to table
+        return "(no tensor recorded)"
     w = max(len(r["boundary"]) for r in rows)
     seed = compare_with_seed(rows)
     seed_name, seed_table = seed_shapes(rows) or ("", {})
