@@ -4,9 +4,9 @@ on both frontends (the pinned 1.32.9 and the newest, browser.NEWEST_FRONTEND), i
 the workflow, queues it from the canvas, and web/fillscope_wires.js labels each link from the wire recorder's records
 (websocket `fillscope.wires`), with the text the record gives; the labels stay when the page switches to Nodes 2.0
 (setting Comfy.VueNodes.Enabled, live) and come back after a reload (from /history and /fillscope/wires); the setting
-FillScope.Wires.ShapesOnLinks switches them off. A shape failure (SD3's CLIP into the same graph) turns the labels
-of the links its explanation blames red (websocket `fillscope.explain`). Screenshots of the labelled links under
-test-artifacts/browser/wires.
+FillScope.Wires.ShapesOnLinks switches them off. A shape failure (SD3's CLIP into the same graph) turns the labels of
+the links its explanation blames red and opens the explanation's panel (websocket `fillscope.explain`). Screenshots
+of the labelled links under test-artifacts/browser/wires.
 
 One server per frontend with tests/comfy_nodes (the session's test-nodes server for 1.32.9; one started here for the
 newest, ComfyUI's --front-end-root). Needs playwright and a system chromium (skipped without them outside CI, a
@@ -131,6 +131,8 @@ def test_every_link_of_comfyuis_flux_inpaint_template_shows_its_shape_on_both_re
         cp.page.wait_for_function("(pid) => window.FillScope.wires.explanation()?.prompt_id === pid", arg=failed_id)
         explanation = cp.page.evaluate("() => window.FillScope.wires.explanation()")
         assert explanation["fix"].startswith("the CONDITIONING on 'positive' is 4096 wide")
+        panel = cp.page.wait_for_selector("#fillscope-explain-panel .fillscope-explain-fix", state="visible")
+        assert panel.inner_text() == explanation["fix"]  # the panel beside ComfyUI's error
         cp.fit_view()
         cp.page.wait_for_function("() => window.FillScope.wires.labels().some(l => l.red)")
         red = {label["link"] for label in cp.page.evaluate(LABELS_JS) if label["red"]}

@@ -20,7 +20,7 @@
 // nodes' "outer:inner" ids).
 //
 // A failed prompt's explanation (`fillscope.explain`, nodes/wire_explain.py) turns the labels of the links it blames
-// red; its fix is logged in the browser console (a panel beside ComfyUI's error comes with issue 34's next part).
+// red and opens a panel beside ComfyUI's error (#fillscope-explain-panel: the fix, the culprits and their files).
 //
 // Drawn in LGraphCanvas.onDrawForeground (graph coordinates), so in the litegraph canvas and in Nodes 2.0, whose
 // links are drawn on that canvas too. Test hooks: window.FillScope.wires = {records(), labels(), promptId(),
@@ -263,6 +263,54 @@ function drawPanel(ctx, label, px, pad) {
   lines.forEach((line, i) => ctx.fillText(line, x + 2 * pad, y + pad + i * lh));
 }
 
+// ---- a failure explained: the panel beside ComfyUI's error ---------------------------------------------------------
+const PANEL_ID = "fillscope-explain-panel";
+
+function el(tag, style, text) {
+  const e = document.createElement(tag);
+  if (style) e.style.cssText = style;
+  if (text != null) e.textContent = text;
+  return e;
+}
+
+/** A fixed panel at the right of the window (not a dialog: ComfyUI's own error dialog stays as it is, this sits beside
+ *  it, above its mask), with the fix, the culprits and where each came from; or, where no mismatch was recognised,
+ *  what came into the failing node. Closed by its button, or replaced by the next explanation. */
+function showPanel(x) {
+  document.getElementById(PANEL_ID)?.remove();
+  if (!x) return;
+  const panel = el("div", "position:fixed;right:16px;top:120px;width:min(460px,40vw);max-height:70vh;overflow:auto;" +
+    "z-index:20000;background:#1c1c22;color:#e6e6e6;border:1px solid #b33;border-radius:8px;padding:12px 14px;" +
+    "font:13px/1.45 system-ui,sans-serif;box-shadow:0 6px 24px rgba(0,0,0,.5)");
+  panel.id = PANEL_ID;
+  panel.setAttribute("aria-label", "FillScope: the failure explained");
+  const close = el("button", "float:right;background:none;border:0;color:#aaa;font-size:16px;cursor:pointer", "✕");
+  close.title = "Close";
+  close.addEventListener("click", () => panel.remove());
+  panel.append(close, el("div", "font-weight:600;margin-bottom:6px",
+    `FillScope: why node ${x.node} (${x.class_type}) failed`));
+  panel.append(el("div", `font:12px ${MONO};color:#f0b0b0;margin-bottom:8px;white-space:pre-wrap`, String(x.message ?? "").trim()));
+  if (x.fix) {
+    const fix = el("div", "margin-bottom:8px", x.fix);
+    fix.className = "fillscope-explain-fix";
+    panel.append(fix);
+    for (const c of x.culprits ?? []) {
+      const from = (c.source ?? [])[0];
+      const file = from ? ` · read by ${from.class_type} node ${from.node}: ${Object.values(from.inputs).join(", ")}` : "";
+      panel.append(el("div", `font:12px ${MONO};margin:2px 0`,
+        `'${c.input}' ← node ${c.node} (${c.type}${c.architecture ? ", " + c.architecture : ""}): ${(c.carries ?? []).join(", ")}${file}`));
+    }
+  } else {
+    panel.append(el("div", "margin-bottom:6px", "No known shape mismatch in the message. What came into the node:"));
+    for (const i of x.inputs ?? []) {
+      const shapes = (i.shapes ?? []).slice(0, 3).map((t) => `${t.name} ${shape(t.shape)}`).join(", ");
+      panel.append(el("div", `font:12px ${MONO};margin:2px 0`,
+        `'${i.input}' ← node ${i.node} (${i.type}): ${shapes || i.architecture || ""}`));
+    }
+  }
+  document.body.append(panel);
+}
+
 // ---- records in ------------------------------------------------------------------------------------------------
 async function restore(graph) {
   const gid = graph?.id;
@@ -289,6 +337,7 @@ app.registerExtension({
   ],
   async setup() {
     api.addEventListener("execution_start", (e) => {
+      document.getElementById(PANEL_ID)?.remove(); // the last failure's panel goes with the next run
       state.records = new Map();
       state.places.clear();
       state.promptId = e.detail?.prompt_id ?? null;
@@ -307,7 +356,11 @@ app.registerExtension({
     // registered even where nothing is drawn of it: the pinned frontend throws on a message type nobody listens to
     api.addEventListener(EXPLAIN_EVENT, (e) => {
       state.explanation = e.detail ?? null;
-      if (state.explanation?.fix) console.info("[FillScope] " + state.explanation.fix);
+      try {
+        showPanel(state.explanation);
+      } catch (err) {
+        console.warn("[FillScope] could not show the explanation", err);
+      }
       redraw();
     });
     const canvas = app.canvas;
