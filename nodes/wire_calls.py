@@ -18,7 +18,9 @@ reads it with too.
 
 from __future__ import annotations
 
+import logging
 import sys
+import threading
 import time
 
 MAX_ROWS = 48  # rows one model-call record keeps (first call, then each new shape)
@@ -190,10 +192,47 @@ def compiled(patcher) -> bool:
     return False
 
 
-class NodeWatch:
-    """Every network a node was handed, watched while it runs: `add` per input value, `close` in a finally."""
+class NotLoaded(logging.Handler):
+    """ComfyUI's lines for weights a LoRA could not put anywhere ("lora key not loaded: ...", comfy/lora.py; "NOT
+    LOADED ...", comfy/sd.py), logged on this thread while a node that takes a MODEL or CLIP runs: a LoRA made for
+    another model family loads silently otherwise."""
+
+    PREFIXES = ("lora key not loaded: ", "NOT LOADED ")
 
     def __init__(self):
+        super().__init__(logging.WARNING)
+        self.thread = threading.get_ident()
+        self.count = 0
+        self.examples: list[str] = []
+
+    def emit(self, record) -> None:
+        if record.thread != self.thread:
+            return
+        try:
+            message = record.getMessage()
+        except Exception:  # noqa: BLE001 (a record that cannot format itself is not one of these)
+            return
+        for prefix in self.PREFIXES:
+            if message.startswith(prefix):
+                self.count += 1
+                if len(self.examples) < 3:
+                    self.examples.append(message[len(prefix):][:120])
+                return
+
+    def warning(self) -> str | None:
+        if not self.count:
+            return None
+        return (f"{self.count} LoRA weight(s) not loaded (e.g. {', '.join(self.examples)}): a LoRA made for another "
+                "model family? ComfyUI loads the rest and says nothing more")
+
+
+class NodeWatch:
+    """Every network a node was handed, watched while it runs: `add` per input value, `close` in a finally; and
+    ComfyUI's lines for LoRA weights it could not load (NotLoaded)."""
+
+    def __init__(self):
+        self.not_loaded = NotLoaded()
+        logging.getLogger().addHandler(self.not_loaded)
         self.watches: list[tuple[str, object, Watch]] = []  # (input name, producer key, watch)
         self._seen: set[int] = set()
         self.not_hooked: list[tuple[str, object, str]] = []
@@ -213,6 +252,7 @@ class NodeWatch:
     def close(self) -> list[tuple[str, object, dict]]:
         """Removes every hook; (input name, producer, call record) of each network called at least once, or entered
         (a call the node failed in: its inputs are recorded, `unfinished` counts it)."""
+        logging.getLogger().removeHandler(self.not_loaded)
         done = []
         for input_name, producer, watch in self.watches:
             watch.remove()

@@ -105,7 +105,7 @@ def install(execution_module=None) -> str:
         calls = _close_safely(watch)
         spent += time.perf_counter() - start + (watch.overhead if watch is not None else 0.0)
         start = time.perf_counter()
-        _record_safely(prompt_id, unique_id, obj, result, calls)
+        _record_safely(prompt_id, unique_id, obj, result, calls, watch.not_loaded.warning() if watch else None)
         _cost["seconds"] += spent + time.perf_counter() - start
         _cost["nodes"] += 1
         return result
@@ -223,7 +223,7 @@ def _producer(unique_id, input_name, value) -> tuple[str, int] | None:
     return None
 
 
-def _record_safely(prompt_id, unique_id, obj, result, calls: list) -> None:
+def _record_safely(prompt_id, unique_id, obj, result, calls: list, warning: str | None = None) -> None:
     try:
         if not (isinstance(result, tuple) and len(result) == 4 and isinstance(result[0], (list, tuple))):
             _set_status("off (execution.get_output_data returned no (outputs, ui, has_subgraph, has_pending) tuple)",
@@ -235,6 +235,8 @@ def _record_safely(prompt_id, unique_id, obj, result, calls: list) -> None:
         if has_subgraph or has_pending:  # an expanded node's outputs come from its subgraph's nodes, recorded there
             return
         record = record_outputs(node_id, obj, outputs, _class_type_in_prompt(node_id))
+        if warning:  # a silent mismatch ComfyUI only logged (NotLoaded): on the node's wires
+            record["warnings"] = [warning]
         _remember_producers(node_id, outputs)
         _deliver(prompt_id, node_id, record)
     except Exception as e:  # noqa: BLE001 (never fail a prompt: log once, go on)

@@ -133,13 +133,18 @@ def write_inputs(input_dir: Path) -> None:
 
 
 def prepare(server) -> None:
-    """The tiny FLUX Fill and SD3 folders the swapped loaders read, and the templates' input images (a server's
-    ServerWithTestNodes.install, tests/conftest.py's templates_server)."""
+    """The tiny FLUX Fill and SD3 folders the swapped loaders read, the tiny FLUX Fill's LoRA (native_templates.LORA)
+    and the templates' input images (a server's ServerWithTestNodes.install, tests/conftest.py's templates_server)."""
     import native_templates as nt
     from tiny_flux import build_tiny_flux_fill_folder
+
+    from safetensors.torch import save_file
 
     diffusers = Path(server.models_dir) / "diffusers"
     build_tiny_flux_fill_folder(diffusers / FLUX, seed=0)
     nt.build_sd3_folder(diffusers / SD3)
+    lora = Path(server.models_dir) / nt.LORA[0] / nt.LORA[1]  # the tiny FLUX Fill's kohya LoRA, as native_templates
+    lora.parent.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.contiguous() for k, v in nt.kohya_lora().items()}, str(lora))
     Path(server.input_dir).mkdir(parents=True, exist_ok=True)
     write_inputs(server.input_dir)

@@ -124,3 +124,24 @@ def test_a_prompt_that_succeeds_has_no_explanation(templates_server, base):
     entry = templates_server.run(base, timeout=600)
     answer = templates_server.get_json(f"/fillscope/explain?prompt_id={entry['prompt'][1]}")
     assert answer["explanation"] is None
+
+
+def test_a_lora_for_another_family_loads_silently_and_its_wire_says_so(templates_server):
+    """No error: ComfyUI loads what fits of a FLUX LoRA into SD3's MMDiT (nothing) and logs each key it could not put
+    anywhere; the LoRA node's record carries the warning, and the Shapes Report shows it."""
+    import native_templates as nt
+
+    prompt = ct.swapped("sd3.5_simple_example", templates_server.object_info())
+    sampler = next(k for k, v in prompt.items() if v["class_type"] == "KSampler")
+    prompt["70"] = {"class_type": "LoraLoaderModelOnly", "inputs": {"model": prompt[sampler]["inputs"]["model"],
+                                                                    "lora_name": nt.LORA[1], "strength_model": 1.0}}
+    prompt[sampler]["inputs"]["model"] = ["70", 0]
+    prompt["900"] = {"class_type": "FillScopeShapesReport", "inputs": {"filename_prefix": "wires/lora",
+                                                                       "after": [sampler, 0]}}
+    entry = templates_server.run(prompt, timeout=600)
+    record = templates_server.get_json(f"/fillscope/wires?prompt_id={entry['prompt'][1]}")["nodes"]["70"]
+    (warning,) = record["warnings"]
+    print(f"\n[explain] LoraLoaderModelOnly's wire: {warning}")
+    assert "LoRA weight(s) not loaded" in warning and "another model family" in warning, warning
+    assert int(warning.split()[0]) > 0
+    assert "WARNING: " + warning in entry["outputs"]["900"]["text"][0]

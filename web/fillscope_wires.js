@@ -108,6 +108,7 @@ export function labelOf(output) {
     text = first ? String(first[1]) : String(output.type);
   }
   if (output.items > 1) text = `${output.items}× ${text}`;
+  if (output.warned) text = "⚠ " + text;
   return text.length > 48 ? text.slice(0, 47) + "…" : text;
 }
 
@@ -117,6 +118,7 @@ export function recordLines(record, slot) {
   if (!out) return [];
   const lines = [`node ${record.node} ${record.class_type}${record.cached ? " (cached)" : ""} · ` +
     `output ${slot} ${out.name} (${out.type}${out.is_list ? ", list" : ""}${out.items > 1 ? `, ${out.items} items` : ""})`];
+  for (const w of record.warnings ?? []) lines.push(`⚠ ${w}`);
   (out.values ?? []).forEach((v, i) => {
     if ((out.values ?? []).length > 1) lines.push(`item ${i}`);
     for (const t of v.tensors ?? []) lines.push(`  ${t.name}  ${shape(t.shape)} ${t.dtype} ${t.device}`);
@@ -213,7 +215,8 @@ function drawLabels(ctx) {
   ctx.textBaseline = "top";
   for (const link of canvas.renderedPaths ?? []) {
     const record = link?._pos ? linkRecord(graph, link) : null;
-    const text = record ? labelOf(record.outputs?.[link.origin_slot]) : null;
+    const output = record?.outputs?.[link.origin_slot];
+    const text = output ? labelOf(record.warnings?.length ? { ...output, warned: true } : output) : null;
     if (!text) continue;
     const w = ctx.measureText(text).width + 2 * pad;
     const h = px + 2 * pad;

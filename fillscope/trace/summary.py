@@ -346,4 +346,5 @@ def wire_section(record: dict) -> dict:
         for call in out.get("calls", []):
             for r in call.get("rows", []):
                 row(f"{name} -> {call.get('part')}: {r['name']}", r, r.get("role", ""), called_by=str(call.get("consumer")))
-    return {"node": node_id, "title": cls, "class": "", "facts": facts, "warnings": [], "rows": rows, "record": record}
+    return {"node": node_id, "title": cls, "class": "", "facts": facts, "warnings": list(record.get("warnings", [])),
+            "rows": rows, "record": record}
