@@ -23,20 +23,17 @@ import sys
 import threading
 import time
 
+from .wire_values import is_tensor
+
 MAX_ROWS = 48  # rows one model-call record keeps (first call, then each new shape)
 MAX_LIST_ROWS = 4  # rows for a list argument (ref_latents ...): its first items
 ROW_NAMES = {"y": "y (pooled)"}
 SKIPPED_ARGS = ("transformer_options", "control")
 
 
-def _is_tensor(value) -> bool:
-    torch = sys.modules.get("torch")
-    return torch is not None and isinstance(value, torch.Tensor)
-
-
 def add_row(rows: list, name: str, t, role: str) -> None:
     """(name, role, shape, dtype, device type) of a tensor; anything else is left out."""
-    if _is_tensor(t):
+    if is_tensor(t):
         rows.append((name, role, tuple(int(d) for d in t.shape), str(t.dtype).replace("torch.", ""), t.device.type))
 
 
@@ -64,7 +61,7 @@ def diffusion_inputs(rows: list, args: tuple, kwargs: dict) -> None:
 def _token_rows(rows: list, args: tuple) -> None:
     """A text model's input: ComfyUI hands it lists of token ids (a list per 77-token chunk), or a tensor."""
     tokens = args[0] if args else None
-    if _is_tensor(tokens):
+    if is_tensor(tokens):
         add_row(rows, "tokens", tokens, "input")
     elif isinstance(tokens, (list, tuple)) and tokens and isinstance(tokens[0], (list, tuple)):
         rows.append(("tokens", "input", (len(tokens), len(tokens[0])), "token ids", "cpu"))
@@ -101,7 +98,7 @@ class Watch:
         if self.kind == "diffusion model":
             diffusion_inputs(rows, args, kwargs)
             sigmas = (kwargs.get("transformer_options") or {}).get("sample_sigmas")
-            if _is_tensor(sigmas) and sigmas.ndim == 1:
+            if is_tensor(sigmas) and sigmas.ndim == 1:
                 self.steps = max(int(sigmas.shape[0]) - 1, 0)
         elif self.kind == "text model":
             _token_rows(rows, args)

@@ -49,7 +49,7 @@ def summarize(value, kind: str = "") -> dict:
     CLIP and VAE by what ComfyUI detected and the widths that decide what fits."""
     out = {"kind": kind or type(value).__name__, "tensors": [], "facts": {}}
     try:
-        if kind in ("MODEL", "CLIP", "VAE") or _is_model_like(value):
+        if kind in ("MODEL", "CLIP", "VAE") or is_model_like(value):
             out["facts"].update(_model_facts(value, kind))
         else:
             left = [MAX_TENSORS]
@@ -110,7 +110,8 @@ def is_tensor(value) -> bool:
     return torch is not None and isinstance(value, torch.Tensor)
 
 
-def _is_model_like(value) -> bool:
+def is_model_like(value) -> bool:
+    """A MODEL (ModelPatcher), CLIP or VAE: described by what ComfyUI detected, not walked."""
     return any(hasattr(value, a) for a in ("model_options", "cond_stage_model", "first_stage_model"))
 
 

@@ -42,7 +42,7 @@ import weakref
 from collections import OrderedDict
 
 from .wire_calls import NodeWatch
-from .wire_values import record_outputs
+from .wire_values import is_model_like, record_outputs
 
 ENV = "FILLSCOPE_WIRES"
 ROUTE = "/fillscope/wires"
@@ -203,14 +203,19 @@ def _close_safely(watch: NodeWatch | None) -> list:
 
 
 def _is_model_like(value) -> bool:
-    """A MODEL, CLIP, VAE or GUIDER: what holds networks a later node may call."""
-    return any(hasattr(value, a) for a in ("model_options", "cond_stage_model", "first_stage_model", "model_patcher"))
+    """A MODEL, CLIP, VAE (wire_values' test) or a GUIDER: what holds networks a later node may call."""
+    return is_model_like(value) or hasattr(value, "model_patcher")
+
+
+def _prompt():
+    """The running prompt's DynamicPrompt (held weakly since its execution_cached message), or None."""
+    return _state["prompt"]() if _state["prompt"] is not None else None
 
 
 def _producer(unique_id, input_name, value) -> tuple[str, int] | None:
     """(node id, slot) of the wire that brought `value`: the prompt's link where the prompt is at hand, else the node
     that last handed this very object on."""
-    prompt = _state["prompt"]() if _state["prompt"] is not None else None
+    prompt = _prompt()
     try:
         link = prompt.get_node(str(unique_id))["inputs"][input_name]
     except Exception:  # noqa: BLE001 (no prompt, no such input: fall back on the object)
@@ -276,7 +281,7 @@ def _record_cached_safely(executor, data: dict) -> None:
 
 
 def _class_type_in_prompt(node_id: str) -> str | None:
-    prompt = _state["prompt"]() if _state["prompt"] is not None else None
+    prompt = _prompt()
     try:
         return str(prompt.get_node(node_id)["class_type"])
     except Exception:  # noqa: BLE001
@@ -320,7 +325,7 @@ def _explain_safely(error: dict) -> None:
     try:
         from .wire_explain import explain, log_lines
 
-        prompt = _state["prompt"]() if _state["prompt"] is not None else None
+        prompt = _prompt()
         prompt_id = str(error.get("prompt_id"))
         explanation = explain(error, prompt, records_of(prompt_id))
         with _lock:
@@ -329,10 +334,7 @@ def _explain_safely(error: dict) -> None:
                 _explanations.popitem(last=False)
         for line in log_lines(explanation):
             log.warning(line)
-        instance = getattr(getattr(sys.modules.get("server"), "PromptServer", None), "instance", None)
-        client = getattr(instance, "client_id", None)
-        if instance is not None and client is not None:
-            instance.send_sync(EXPLAIN_EVENT, explanation, client)
+        _send_event(EXPLAIN_EVENT, explanation)
     except Exception as e:  # noqa: BLE001 (ComfyUI's own error stands as it was)
         _failed("(explain)", e)
 
@@ -343,11 +345,15 @@ def _deliver(prompt_id: str, node_id: str, record: dict) -> None:
 
 
 def _send(prompt_id: str, node_id: str, record: dict) -> None:
-    """The websocket event, to the client that queued the prompt (none for a headless prompt without a client id)."""
+    _send_event(EVENT, {"prompt_id": prompt_id, "node": node_id, "record": record})
+
+
+def _send_event(event: str, payload: dict) -> None:
+    """A websocket event to the client that queued the prompt (none for a headless prompt without a client id)."""
     instance = getattr(getattr(sys.modules.get("server"), "PromptServer", None), "instance", None)
     client = getattr(instance, "client_id", None)
     if instance is not None and client is not None:
-        instance.send_sync(EVENT, {"prompt_id": prompt_id, "node": node_id, "record": record}, client)
+        instance.send_sync(event, payload, client)
 
 
 def store(prompt_id: str, node_id: str, record: dict) -> None:
