@@ -51,7 +51,11 @@ def summarize(value, kind: str = "") -> dict:
     try:
         if kind in ("MODEL", "CLIP", "VAE") or is_model_like(value):
             out["facts"].update(_model_facts(value, kind))
+        elif kind in PART_KINDS or hasattr(value, "control_model"):
+            out["facts"].update(part_facts(value))
         else:
+            if kind == "CLIP_VISION_OUTPUT" and not isinstance(value, dict):  # comfy.clip_vision.Output: attributes
+                value = dict(vars(value))
             left = [MAX_TENSORS]
             _walk(out, {"IMAGE": "image", "MASK": "mask"}.get(kind, "") if is_tensor(value) else "", value, left, 0)
             if left[0] < 0:
@@ -70,6 +74,8 @@ def _walk(out: dict, name: str, value, left: list, depth: int) -> None:
                                        "dtype": str(leaf.dtype).removeprefix("torch."), "device": str(leaf.device)})
         elif len(out["facts"]) < MAX_TENSORS:
             out["facts"][path or "value"] = fact(leaf)
+            if hasattr(leaf, "control_model"):  # a ControlNet applied to a CONDITIONING: the widths it takes
+                out["facts"].update({f"{path} {k}": v for k, v in part_facts(leaf).items() if k != "class"})
 
 
 def value_leaves(value, name: str = "", depth: int = 0, max_depth: int = 5):
@@ -145,7 +151,66 @@ def _detected_widths(base) -> dict:
     width = unet.get("context_dim", embedder.get("in_features"))
     if isinstance(width, int):
         out["context width"] = width
+    latent_format = getattr(base, "latent_format", None)
+    for attr, name in (("scale_factor", "latent scale"), ("shift_factor", "latent shift")):
+        value = getattr(latent_format, attr, None)
+        if isinstance(value, (int, float)):
+            out[name] = value
+    appended, adm = ADM_APPENDS.get(out.get("detected", "")), unet.get("adm_in_channels")
+    if appended and isinstance(adm, int):
+        out.update({"pooled width": adm - appended, "adm width": adm, "adm appends": appended})
     return out
+
+
+# what comfy.model_base.SDXL / SDXLRefiner.encode_adm append to the pooled vector before the label embedding: six
+# (height, width, crop h / w, target h / w) or five (with the aesthetic score) 256-wide embeddings
+ADM_APPENDS = {"SDXL": 6 * 256, "SDXLRefiner": 5 * 256}
+
+
+# the widths a ControlNet, a style model or a CLIP vision model takes, read off their first layers (ComfyUI keeps no
+# config for them): what a shape failure in them is explained by
+PART_KINDS = ("CONTROL_NET", "STYLE_MODEL", "CLIP_VISION")
+MAX_MODULES = 4096  # modules looked through for a width (a full ControlNet has about 1,200)
+
+
+def part_facts(value) -> dict:
+    """CONTROL_NET: its context width (the first cross-attention key's input) and hint channels; STYLE_MODEL: the
+    image-feature width it takes and the text width it gives; CLIP_VISION: its width and image size."""
+    facts = {"class": type(value).__name__}
+    module = getattr(value, "control_model", None)
+    if module is not None:
+        facts["class"] = f"{type(value).__name__} ({type(module).__name__})"
+        key = _first(module, lambda name, m: name.endswith("attn2.to_k") or name.endswith("context_embedder"))
+        if key is not None:
+            facts["context width"] = int(key.in_features)
+        hint = _first(module, lambda name, m: "hint" in name and hasattr(m, "in_channels"))
+        if hint is not None:
+            facts["hint channels"] = int(hint.in_channels)
+        return facts
+    module = getattr(value, "model", None)
+    if module is not None and hasattr(value, "get_cond"):  # comfy.sd.StyleModel
+        facts["class"] = f"{type(value).__name__} ({type(module).__name__})"
+        layers = [m for _, m in _modules(module) if hasattr(m, "in_features")]
+        if layers:
+            facts["image width"], facts["text width"] = int(layers[0].in_features), int(layers[-1].out_features)
+        return facts
+    if module is not None and hasattr(value, "encode_image"):  # comfy.clip_vision.ClipVisionModel
+        patches = _first(module, lambda name, m: hasattr(m, "out_channels") and hasattr(m, "kernel_size"))
+        if patches is not None:
+            facts["width"] = int(patches.out_channels)
+        facts["image size"] = fact(getattr(value, "image_size", None))
+    return facts
+
+
+def _modules(module):
+    for i, item in enumerate(module.named_modules()):
+        if i >= MAX_MODULES:
+            return
+        yield item
+
+
+def _first(module, wanted):
+    return next((m for name, m in _modules(module) if wanted(name, m)), None)
 
 
 class _Facts:

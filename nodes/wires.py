@@ -151,6 +151,10 @@ def _install_cached(executor_class) -> None:
             start = time.perf_counter()
             _record_cached_safely(self, data)
             _cost["seconds"] += time.perf_counter() - start
+        if event == "execution_success" and _state["status"] == "on":  # before the canvas hears the prompt ended
+            start = time.perf_counter()
+            _warn_silent_safely(data)
+            _cost["seconds"] += time.perf_counter() - start
         result = original(self, event, data, *args, **kwargs)
         if event == "execution_error" and _state["status"] == "on":  # after ComfyUI's own message and traceback
             _explain_safely(data)
@@ -337,6 +341,28 @@ def _explain_safely(error: dict) -> None:
         _send_event(EXPLAIN_EVENT, explanation)
     except Exception as e:  # noqa: BLE001 (ComfyUI's own error stands as it was)
         _failed("(explain)", e)
+
+
+def _warn_silent_safely(data: dict) -> None:
+    """The silent mismatches of a prompt that ran (nodes/wire_warnings.py) onto the records of the nodes at fault,
+    re-sent, and one line each in the server log."""
+    try:
+        from .wire_warnings import silent_mismatches
+
+        prompt_id = str(data.get("prompt_id"))
+        for node_id, texts in silent_mismatches(_prompt(), records_of(prompt_id)).items():
+            with _lock:  # a new record in place of the old, as _attach_call does
+                nodes = _records.get(prompt_id, {})
+                record = nodes.get(node_id)
+                if record is None:
+                    continue
+                old = list(record.get("warnings", ()))
+                record = nodes[node_id] = dict(record, warnings=old + [t for t in texts if t not in old])
+            for text in texts:
+                log.warning("[FillScope] wires: node %s (%s): %s", node_id, record.get("class_type"), text)
+            _send(prompt_id, node_id, record)
+    except Exception as e:  # noqa: BLE001
+        _failed("(warnings)", e)
 
 
 def _deliver(prompt_id: str, node_id: str, record: dict) -> None:

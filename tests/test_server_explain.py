@@ -145,3 +145,149 @@ def test_a_lora_for_another_family_loads_silently_and_its_wire_says_so(templates
     assert "LoRA weight(s) not loaded" in warning and "another model family" in warning, warning
     assert int(warning.split()[0]) > 0
     assert "WARNING: " + warning in entry["outputs"]["900"]["text"][0]
+
+
+# --- the families users mix up, on tiny builds of ComfyUI's own classes (tests/comfy_nodes/
+# fillscope_explain_test_nodes.py: SD1.5 / SDXL UNets and CLIPs, ControlNets, a CLIP vision model, Redux, FLUX.1 dev)
+
+def sampled(model: str, clip: str) -> dict:
+    """ComfyUI's text-to-image graph on a tiny UNet of family `model` and a tiny CLIP of family `clip`."""
+    return {"1": {"class_type": "ExplainTestTinyModel", "inputs": {"family": model, "seed": 0}},
+            "2": {"class_type": "ExplainTestTinyTextEncoder", "inputs": {"family": clip, "seed": 0}},
+            "3": {"class_type": "CLIPTextEncode", "inputs": {"text": "a red fox", "clip": ["2", 0]}},
+            "4": {"class_type": "CLIPTextEncode", "inputs": {"text": "", "clip": ["2", 0]}},
+            "5": {"class_type": "EmptyLatentImage", "inputs": {"width": 64, "height": 64, "batch_size": 1}},
+            "6": {"class_type": "KSampler", "inputs": {"model": ["1", 0], "seed": 0, "steps": 1, "cfg": 2.0,
+                                                       "sampler_name": "euler", "scheduler": "normal",
+                                                       "positive": ["3", 0], "negative": ["4", 0],
+                                                       "latent_image": ["5", 0], "denoise": 1.0}},
+            "7": {"class_type": "PreviewAny", "inputs": {"source": ["6", 0]}}}
+
+
+def test_an_sdxl_clip_into_an_sd15_unet_names_the_clip_and_its_width(templates_server):
+    error, got = fails(templates_server, sampled("sd15", "sdxl"))
+    assert error["node_id"] == "6" and got["numbers"]["input width"] == 80  # CLIP-L 32 ++ CLIP-G 48
+    assert culprit(got, "model")["architecture"] == "SD1.5"
+    assert got["fix"].startswith("the CONDITIONING on 'positive' is 80 wide (from ExplainTestTinyTextEncoder node 2); "
+                                 "the MODEL from node 1 (SD1.5) takes 32-wide text: encode the prompt with the CLIP")
+
+
+def test_an_sd15_clip_into_an_sdxl_unet_names_the_pooled_vector_and_the_size_embeddings(templates_server):
+    error, got = fails(templates_server, sampled("sdxl", "sd15"))
+    # SDXL's label embedding takes the pooled CLIP-G vector ++ six 256-wide size embeddings: 48 + 1536 = 1584;
+    # SD1.5's CLIP gives a 32-wide pooled vector: 1568
+    assert (got["numbers"]["input width"], got["numbers"]["layer width"]) == (1568, 1584)
+    assert "pooled width 32 (+1536 size embeddings)" in " ".join(culprit(got, "positive")["carries"])
+    assert culprit(got, "model")["architecture"] == "SDXL"
+    assert got["fix"].startswith("the CONDITIONING on 'positive' is 32 wide (from ExplainTestTinyTextEncoder node 2); "
+                                 "the MODEL from node 1 (SDXL) takes 48-wide pooled vector")
+
+
+def test_an_sd15_controlnet_on_sdxl_names_the_controlnet_not_the_clip(templates_server):
+    prompt = sampled("sdxl", "sdxl")
+    prompt["8"] = {"class_type": "ExplainTestTinyControlNet", "inputs": {"family": "sd15", "seed": 0}}
+    prompt["9"] = {"class_type": "EmptyImage", "inputs": {"width": 64, "height": 64, "batch_size": 1, "color": 0}}
+    prompt["10"] = {"class_type": "ControlNetApplyAdvanced", "inputs": {
+        "positive": ["3", 0], "negative": ["4", 0], "control_net": ["8", 0], "image": ["9", 0], "strength": 1.0,
+        "start_percent": 0.0, "end_percent": 1.0}}
+    prompt["6"]["inputs"].update(positive=["10", 0], negative=["10", 1])
+    _, got = fails(templates_server, prompt)
+    assert "ControlNet context width 32" in culprit(got, "positive")["carries"]
+    assert got["fix"] == ("the ControlNet on 'positive' (applied by ControlNetApplyAdvanced node 10; loaded by "
+                          "ExplainTestTinyControlNet node 8) takes 32-wide text; the CONDITIONING it is applied with "
+                          "is 80 wide; the MODEL from node 1 is SDXL: load a ControlNet made for this model's family")
+
+
+def test_a_clip_vision_of_another_width_into_redux_names_the_clip_vision(templates_server):
+    prompt = {"2": {"class_type": "ExplainTestTinyTextEncoder", "inputs": {"family": "sd15", "seed": 0}},
+              "3": {"class_type": "CLIPTextEncode", "inputs": {"text": "a red fox", "clip": ["2", 0]}},
+              "11": {"class_type": "ExplainTestTinyCLIPVision", "inputs": {"width": 48, "seed": 0}},
+              "12": {"class_type": "EmptyImage", "inputs": {"width": 64, "height": 64, "batch_size": 1, "color": 0}},
+              "13": {"class_type": "CLIPVisionEncode", "inputs": {"clip_vision": ["11", 0], "image": ["12", 0],
+                                                                  "crop": "center"}},
+              "14": {"class_type": "ExplainTestTinyRedux", "inputs": {"image_width": 32, "text_width": 32, "seed": 0}},
+              "15": {"class_type": "StyleModelApply", "inputs": {
+                  "conditioning": ["3", 0], "style_model": ["14", 0], "clip_vision_output": ["13", 0],
+                  "strength": 1.0, "strength_type": "multiply"}},
+              "16": {"class_type": "PreviewAny", "inputs": {"source": ["15", 0]}}}
+    error, got = fails(templates_server, prompt)
+    assert error["node_id"] == "15" and culprit(got, "style_model")["carries"] == ["image width 32"]
+    assert got["fix"] == ("the CLIP_VISION_OUTPUT on 'clip_vision_output' from node 13 is 48 wide (encoded by the CLIP "
+                          "vision of ExplainTestTinyCLIPVision node 11); the STYLE_MODEL "
+                          "from node 14 takes 32-wide image features: encode the image with the CLIP vision model "
+                          "this style model was made for (FLUX.1 Redux: sigclip_vision_patch14_384)")
+
+
+def test_two_images_of_different_sizes_into_one_latent_batch_name_both_and_the_dimension(templates_server):
+    prompt = {"20": {"class_type": "EmptyImage", "inputs": {"width": 64, "height": 64, "batch_size": 1, "color": 0}},
+              "21": {"class_type": "EmptyImage", "inputs": {"width": 40, "height": 48, "batch_size": 1, "color": 0}},
+              "22": {"class_type": "NativeTestTinyTAESD", "inputs": {"seed": 0, "latent_channels": 4}},
+              "23": {"class_type": "VAEEncode", "inputs": {"pixels": ["20", 0], "vae": ["22", 0]}},
+              "24": {"class_type": "VAEEncode", "inputs": {"pixels": ["21", 0], "vae": ["22", 0]}},
+              "25": {"class_type": "LatentConcat", "inputs": {"samples1": ["23", 0], "samples2": ["24", 0],
+                                                              "dim": "x"}},
+              "26": {"class_type": "PreviewAny", "inputs": {"source": ["25", 0]}}}
+    error, got = fails(templates_server, prompt)
+    assert got["kind"] == "cat" and error["node_id"] == "25"
+    assert culprit(got, "samples1")["shapes"][0]["shape"] == [1, 4, 8, 8]
+    assert culprit(got, "samples2")["shapes"][0]["shape"] == [1, 4, 6, 5]
+    assert got["fix"] == ("the LATENTs on 'samples1' (node 23) and 'samples2' (node 24) differ in height (8 and 6): "
+                          "bring them to one size first (ImageScale on the images, LatentUpscale on latents)")
+
+
+def test_two_conditionings_of_different_widths_into_a_concat_name_both_encoders(templates_server):
+    prompt = {"2": {"class_type": "ExplainTestTinyTextEncoder", "inputs": {"family": "sd15", "seed": 0}},
+              "3": {"class_type": "CLIPTextEncode", "inputs": {"text": "a red fox", "clip": ["2", 0]}},
+              "30": {"class_type": "ExplainTestTinyTextEncoder", "inputs": {"family": "sdxl", "seed": 0}},
+              "31": {"class_type": "CLIPTextEncode", "inputs": {"text": "in the snow", "clip": ["30", 0]}},
+              "32": {"class_type": "ConditioningConcat", "inputs": {"conditioning_to": ["3", 0],
+                                                                    "conditioning_from": ["31", 0]}},
+              "33": {"class_type": "PreviewAny", "inputs": {"source": ["32", 0]}}}
+    _, got = fails(templates_server, prompt)
+    assert {c["input"] for c in got["culprits"]} == {"conditioning_to", "conditioning_from"}
+    assert got["fix"].startswith("the CONDITIONINGs on 'conditioning_to' (node 3) and 'conditioning_from' (node 31) "
+                                 "differ in width (32 and 80): they were encoded by text encoders of different "
+                                 "families")
+
+
+def warnings_of(templates_server, prompt) -> dict:
+    """{node id: its record's warnings} of a prompt that runs."""
+    entry = templates_server.run(prompt, timeout=600)
+    nodes = templates_server.get_json(f"/fillscope/wires?prompt_id={entry['prompt'][1]}")["nodes"]
+    return {k: r["warnings"] for k, r in nodes.items() if r.get("warnings")}
+
+
+def test_flux_dev_with_inpaint_model_conditioning_warns_that_the_condition_is_dropped(templates_server, base):
+    """No error: ComfyUI drops the inpaint condition for a model whose inputs are its latent's only (Flux.concat_cond);
+    the wire from InpaintModelConditioning says so."""
+    prompt = {k: {**v, "inputs": dict(v["inputs"])} for k, v in base.items()}
+    loader = next(k for k, v in prompt.items() if v["class_type"] == "NativeFillTestTinyFluxFill")
+    prompt[loader] = {"class_type": "ExplainTestTinyModel", "inputs": {"family": "flux_dev", "seed": 0}}
+    inpaint = next(k for k, v in prompt.items() if v["class_type"] == "InpaintModelConditioning")
+    got = warnings_of(templates_server, prompt)
+    assert list(got) == [inpaint], got
+    (warning,) = got[inpaint]
+    print(f"\n[explain] InpaintModelConditioning's wire: {warning}")
+    assert warning.startswith(f"inpaint condition dropped: the masked image and mask InpaintModelConditioning node "
+                              f"{inpaint} put on 'positive' and 'negative' are not used by the MODEL of node ")
+    assert "(FLUX.1 dev, 16 input channels: its latent's 16 only" in warning and "plain masked img2img" in warning
+    log = templates_server.log_text(since=templates_server.module_log_start)
+    assert f"[FillScope] wires: node {inpaint} (InpaintModelConditioning): inpaint condition dropped" in log
+
+
+def test_the_flux_vae_in_an_sd3_graph_warns_on_the_vae_wire(templates_server):
+    prompt = ct.swapped("sd3.5_simple_example", templates_server.object_info())
+    prompt["50"] = {"class_type": "InspectTestTinyVAE", "inputs": {"folder": ct.FLUX}}
+    decode = next(k for k, v in prompt.items() if v["class_type"] == "VAEDecode")
+    prompt[decode]["inputs"]["vae"] = ["50", 0]
+    got = warnings_of(templates_server, prompt)
+    assert list(got) == ["50"], got
+    (warning,) = got["50"]
+    print(f"\n[explain] the FLUX.1 VAE's wire in SD3: {warning}")
+    assert warning.startswith(f"VAE of another family: this VAE is FLUX.1's (its file or folder name '{ct.FLUX}' says "
+                              "so); the graph's MODEL (node 4) is SD3, whose latents have the same 16 channels but "
+                              "another scale (ComfyUI's SD3 latent format: scale 1.5305, shift 0.0609)")
+
+
+def test_the_right_vae_and_an_inpaint_model_get_no_warning(templates_server, base):
+    assert warnings_of(templates_server, base) == {}

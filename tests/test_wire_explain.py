@@ -89,3 +89,68 @@ def test_the_torch_messages_it_reads():
     }
     for message, expected in cases.items():
         assert wire_explain.parse(message) == expected, message
+
+
+def test_two_images_a_stack_fails_on_are_named_with_the_dimension_they_differ_in():
+    prompt = {"1": {"class_type": "LoadImage", "inputs": {"image": "fox.png"}},
+              "2": {"class_type": "LoadImage", "inputs": {"image": "snow.png"}},
+              "3": {"class_type": "SomeBatchNode", "inputs": {"image1": ["1", 0], "image2": ["2", 0]}}}
+    records = {"1": {"node": "1", "class_type": "LoadImage", "outputs": [output("IMAGE", [("image", [1, 64, 64, 3])])]},
+               "2": {"node": "2", "class_type": "LoadImage", "outputs": [output("IMAGE", [("image", [1, 32, 64, 3])])]}}
+    message = "stack expects each tensor to be equal size, but got [1, 64, 64, 3] at entry 0 and [1, 32, 64, 3] at entry 1"
+    got = wire_explain.explain({"node_id": "3", "node_type": "SomeBatchNode", "exception_message": message}, prompt,
+                               records)
+    assert [(c["input"], c["carries"]) for c in got["culprits"]] == [("image1", ["height 64"]), ("image2", ["height 32"])]
+    assert got["culprits"][1]["source"] == [{"node": "2", "class_type": "LoadImage", "inputs": {"image": "snow.png"}}]
+    assert got["fix"].startswith("the IMAGEs on 'image1' (node 1) and 'image2' (node 2) differ in height (64 and 32)")
+
+
+wire_warnings = importlib.import_module("fillscope_wires_pack.nodes.wire_warnings")
+
+SD3_GRAPH = {"1": {"class_type": "CheckpointLoaderSimple", "inputs": {"ckpt_name": "sd3.5_medium.safetensors"}},
+             "2": {"class_type": "VAELoader", "inputs": {"vae_name": "ae.safetensors"}},
+             "3": {"class_type": "VAEDecode", "inputs": {"samples": ["9", 0], "vae": ["2", 0]}}}
+SD3_MODEL = output("MODEL", facts={"detected": "SD3", "latent channels": 16, "model in channels": 16,
+                                   "latent scale": 1.5305, "latent shift": 0.0609})
+
+
+def sd3_records(vae_name: str = "ae.safetensors", model=SD3_MODEL) -> dict:
+    return {"1": {"node": "1", "class_type": "CheckpointLoaderSimple", "outputs": [model]},
+            "2": {"node": "2", "class_type": "VAELoader", "outputs": [output("VAE", facts={"latent_channels": 16})]},
+            "3": {"node": "3", "class_type": "VAEDecode", "outputs": [output("IMAGE", [("image", [1, 64, 64, 3])])]}}
+
+
+def test_a_flux_vae_file_in_an_sd3_graph_is_a_warning_on_the_vae_naming_how_it_was_told():
+    got = wire_warnings.silent_mismatches(SD3_GRAPH, sd3_records())
+    (warning,) = got["2"]
+    assert warning.startswith("VAE of another family: this VAE is FLUX.1's (its file name 'ae.safetensors' says so); "
+                              "the graph's MODEL (node 1) is SD3")
+    assert list(got) == ["2"]
+
+
+def test_a_vae_whose_family_cannot_be_told_or_matches_gets_no_warning():
+    graph = {**SD3_GRAPH, "2": {"class_type": "VAELoader", "inputs": {"vae_name": "my_vae.safetensors"}}}
+    assert wire_warnings.silent_mismatches(graph, sd3_records()) == {}
+    graph = {**SD3_GRAPH, "2": {"class_type": "VAELoader", "inputs": {"vae_name": "sd3_vae.safetensors"}}}
+    assert wire_warnings.silent_mismatches(graph, sd3_records()) == {}
+    flux = output("MODEL", facts={"detected": "Flux", "latent channels": 16, "model in channels": 16})
+    assert wire_warnings.silent_mismatches(SD3_GRAPH, sd3_records(model=flux)) == {}
+
+
+def test_an_inpaint_condition_into_a_model_without_inpaint_channels_is_a_warning_on_its_maker():
+    prompt = {"1": {"class_type": "UNETLoader", "inputs": {"unet_name": "flux1-dev.safetensors"}},
+              "2": {"class_type": "InpaintModelConditioning", "inputs": {}},
+              "3": {"class_type": "KSampler", "inputs": {"model": ["1", 0], "positive": ["2", 0],
+                                                         "negative": ["2", 1], "latent_image": ["2", 2]}}}
+    cond = output("CONDITIONING", [("[0][0]", [1, 256, 4096]), ("[0][1].concat_latent_image", [1, 16, 64, 64]),
+                                   ("[0][1].concat_mask", [1, 1, 512, 512])])
+    records = {"1": {"node": "1", "class_type": "UNETLoader", "outputs": [
+                   output("MODEL", facts={"detected": "Flux", "latent channels": 16, "model in channels": 16})]},
+               "2": {"node": "2", "class_type": "InpaintModelConditioning",
+                     "outputs": [cond, dict(cond, slot=1), output("LATENT", [("samples", [1, 16, 64, 64])])]},
+               "3": {"node": "3", "class_type": "KSampler", "outputs": [output("LATENT", [("samples", [1, 16, 64, 64])])]}}
+    (warning,) = wire_warnings.silent_mismatches(prompt, records)["2"]
+    assert "put on 'positive' and 'negative' are not used by the MODEL of node 1 (FLUX.1 dev, 16 input channels" in warning
+    fill = output("MODEL", facts={"detected": "FluxInpaint", "latent channels": 16, "model in channels": 96})
+    records["1"] = {"node": "1", "class_type": "UNETLoader", "outputs": [fill]}
+    assert wire_warnings.silent_mismatches(prompt, records) == {}
