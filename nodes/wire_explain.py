@@ -21,6 +21,7 @@ matches which number of the message).
 from __future__ import annotations
 
 import re
+import sys
 
 MAX_CHAIN = 24  # nodes followed back from a culprit to its loader
 PATTERNS = (
@@ -44,6 +45,12 @@ CLIP_FAMILIES = {"SD1ClipModel": "SD1.5", "SD2ClipModel": "SD2", "SDXLClipModel"
 MODEL_FAMILIES = {"SD15": "SD1.5", "SD20": "SD2", "SD21UnclipL": "SD2", "SDXL": "SDXL", "SDXLRefiner": "SDXL refiner",
                   "SD3": "SD3", "Flux": "FLUX.1 dev", "FluxSchnell": "FLUX.1 schnell", "FluxInpaint": "FLUX.1 Fill",
                   "Flux2": "FLUX.2"}
+# a loader's file input -> ComfyUI's model folders it names a file in (folder_paths' keys): where a file's safetensors
+# header is read for the architecture it says it is (modelspec.architecture; ss_base_model_version for a LoRA)
+FILE_FOLDERS = (("ckpt_name", ("checkpoints",)), ("vae_name", ("vae",)), ("lora_name", ("loras",)),
+                ("clip_name", ("text_encoders", "clip_vision")), ("control_net_name", ("controlnet",)),
+                ("unet_name", ("diffusion_models",)), ("style_model_name", ("style_models",)))
+HEADER_KEYS = ("modelspec.architecture", "ss_base_model_version")
 SOURCE_KEYS = ("name", "ckpt", "file", "folder", "path", "image")  # a loader's inputs that say what it read
 # the numbers of each message that two sides disagree on (the others, a matmul's rows and out width, say nothing of
 # which input is wrong)
@@ -128,7 +135,32 @@ def _sources(prompt, node_id: str, kind: str, records: dict) -> list[dict]:
         named = {k: v for k, v in inputs.items() if isinstance(v, str) and any(s in k for s in SOURCE_KEYS)}
         if named:
             found.append({"node": nid, "class_type": node.get("class_type", ""), "inputs": named})
+            says = {k: a for k, a in ((k, file_says(k, v)) for k, v in named.items()) if a}
+            if says:
+                found[-1]["file says"] = says
     return found
+
+
+def file_says(input_name: str, name: str) -> str | None:
+    """The architecture a loader's safetensors file says it is in its header's metadata, where ComfyUI's folders
+    (its folder_paths module, present in a server) hold the file; None otherwise. Reads the header only."""
+    folder_paths = sys.modules.get("folder_paths")
+    folders = next((f for key, f in FILE_FOLDERS if input_name.startswith(key)), ())
+    if folder_paths is None or not folders or not name.lower().endswith((".safetensors", ".sft")):
+        return None
+    try:
+        from pathlib import Path
+
+        from ..fillscope.checkpoints.header import read_header
+
+        for folder in folders:
+            path = folder_paths.get_full_path(folder, name)
+            if path:
+                _, metadata = read_header(Path(path), input_name)
+                return next((str(metadata[k])[:120] for k in HEADER_KEYS if metadata.get(k)), None)
+    except Exception:  # noqa: BLE001 (an unreadable file, a folder ComfyUI does not know: the header says nothing)
+        return None
+    return None
 
 
 def describe_inputs(prompt, node_id: str, records: dict) -> list[dict]:
@@ -419,6 +451,8 @@ def log_lines(explanation: dict) -> list[str]:
         lines = [head + ": " + explanation["fix"]]
         lines += [f"  culprit '{c['input']}' from node {c['node']} ({c['type']}, {c['architecture'] or '?'}): "
                   f"{', '.join(c['carries'])}" + (f"; read from {c['source'][0]['inputs']}" if c["source"] else "")
+                  + (f" (the file says {c['source'][0]['file says']})" if c["source"] and "file says" in c["source"][0]
+                     else "")
                   for c in explanation["culprits"]]
         return lines
     lines = [head if explanation["kind"] != "unrecognised" else

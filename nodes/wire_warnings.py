@@ -8,6 +8,8 @@ says nothing; the result is quietly wrong:
 - a VAE of another family with the same latent shape: FLUX.1's VAE in an SD3 graph (16 channels each, other latent
   scale and shift), SD1.5's in an SDXL graph. A VAE object does not say its family: it is taken from the checkpoint
   that gave it (the MODEL beside it) or from its file or folder name, and the warning says which.
+- a CONDITIONING whose text width fits no MODEL in the graph (encoded with another family's CLIP and kept, saved or
+  sent on without a sampler failing on it).
 (A LoRA whose keys ComfyUI could not load is caught while its node runs: wire_calls.NotLoaded.)
 
 Each warning goes onto the record of the node whose output is at fault: {node id: [text]}.
@@ -137,10 +139,38 @@ def _vae_of_another_family(prompt, records: dict) -> list[tuple[str, str]]:
     return found
 
 
+def _conditioning_fits_no_model(records: dict) -> list[tuple[str, str]]:
+    widths, known = {}, True  # context width -> a MODEL node taking it
+    for node_id, record in records.items():
+        for output in record.get("outputs", []):
+            if output.get("type") != "MODEL":
+                continue
+            facts = _facts(output)
+            if facts.get("detected") not in MODEL_FAMILIES or not isinstance(facts.get("context width"), int):
+                known = False  # a model whose text width is not known here: hold nothing against it
+            else:
+                widths.setdefault(facts["context width"], (node_id, MODEL_FAMILIES[facts["detected"]]))
+    if not widths or not known:
+        return []
+    found = []
+    for node_id, record in records.items():
+        for output in record.get("outputs", []):
+            text = [t for t in ((output.get("values") or [{}])[0]).get("tensors", [])
+                    if output.get("type") == "CONDITIONING" and len(t["shape"]) == 3 and t["name"].endswith("[0]")]
+            if text and text[0]["shape"][-1] not in widths:
+                models = ", ".join(f"node {n} ({family}) takes {w}" for w, (n, family) in widths.items())
+                found.append((node_id, f"CONDITIONING of no model here: it is {text[0]['shape'][-1]} wide; the "
+                                       f"graph's MODEL {models}: encode with the CLIP of the model it is for"))
+                break
+    return found
+
+
 def silent_mismatches(prompt, records: dict) -> dict[str, list[str]]:
     """{node id: [warning]} for the silent mismatches of a prompt that ran (see the module's text)."""
     out: dict[str, list[str]] = {}
-    for node_id, text in _inpaint_condition_dropped(prompt, records) + _vae_of_another_family(prompt, records):
+    found = _inpaint_condition_dropped(prompt, records) + _vae_of_another_family(prompt, records) + \
+        _conditioning_fits_no_model(records)
+    for node_id, text in found:
         if text not in out.setdefault(node_id, []):
             out[node_id].append(text)
     return out

@@ -139,3 +139,22 @@ def test_every_link_of_comfyuis_flux_inpaint_template_shows_its_shape_on_both_re
         assert red == {77, 78, 86}  # positive and negative from InpaintModelConditioning, the MODEL into KSampler
         cp.screenshot(SHOTS / f"{which}-explained.png")
         assert cp.errors() == [], cp.errors()
+
+        # FLUX.1 dev under the same InpaintModelConditioning runs, and ComfyUI drops the inpaint condition: the
+        # warning arrives when the prompt ends (a record sent again) and marks the wires out of that node with a ⚠
+        dev = ct.swapped_ui(TEMPLATE)
+        loader = next(n for n in dev["nodes"] if n["type"] == "NativeFillTestTinyFluxFill")
+        loader["type"], loader["widgets_values"] = "ExplainTestTinyModel", ["flux_dev", 0]
+        cp.load_workflow(dev)
+        cp.dismiss_dialogs()
+        dev_id = cp.queue()
+        assert cp.wait_executed(dev_id, timeout=180) == "success"
+        cp.fit_view()
+        inpaint = next(str(n["id"]) for n in dev["nodes"] if n["type"] == "InpaintModelConditioning")
+        out_of_it = {link[0] for link in dev["links"] if str(link[1]) == inpaint}
+        cp.page.wait_for_function("(n) => window.FillScope.wires.labels().filter(l => l.text.startsWith('⚠')).length "
+                                  ">= n", arg=len(out_of_it), timeout=20_000)
+        warned = {label["link"] for label in cp.page.evaluate(LABELS_JS) if label["text"].startswith("⚠")}
+        assert warned == out_of_it, (warned, out_of_it)
+        cp.screenshot(SHOTS / f"{which}-warned.png")
+        assert cp.errors() == [], cp.errors()

@@ -291,3 +291,28 @@ def test_the_flux_vae_in_an_sd3_graph_warns_on_the_vae_wire(templates_server):
 
 def test_the_right_vae_and_an_inpaint_model_get_no_warning(templates_server, base):
     assert warnings_of(templates_server, base) == {}
+
+
+def test_a_culprits_file_is_named_with_the_architecture_its_header_says(templates_server):
+    """The culprit MODEL came through a LoRA whose safetensors header says it is SDXL's (kohya's
+    ss_base_model_version): the explanation's source names the file and what it says; only the header is read."""
+    from pathlib import Path
+
+    import torch
+    from safetensors.torch import save_file
+
+    name = "explain_sdxl_style.safetensors"
+    lora = Path(templates_server.models_dir) / "loras" / name
+    lora.parent.mkdir(parents=True, exist_ok=True)
+    save_file({"lora_unet_nowhere.lora_down.weight": torch.zeros(4, 8)}, str(lora),
+              metadata={"ss_base_model_version": "sdxl_base_v1-0"})
+    prompt = sampled("sd15", "sdxl")
+    prompt["40"] = {"class_type": "LoraLoaderModelOnly", "inputs": {"model": ["1", 0], "lora_name": name,
+                                                                    "strength_model": 1.0}}
+    prompt["6"]["inputs"]["model"] = ["40", 0]
+    _, got = fails(templates_server, prompt)
+    (source,) = culprit(got, "model")["source"]
+    assert source == {"node": "40", "class_type": "LoraLoaderModelOnly", "inputs": {"lora_name": name},
+                      "file says": {"lora_name": "sdxl_base_v1-0"}}
+    log = templates_server.log_text(since=templates_server.module_log_start)
+    assert f"read from {{'lora_name': '{name}'}} (the file says {{'lora_name': 'sdxl_base_v1-0'}})" in log

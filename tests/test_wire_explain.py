@@ -154,3 +154,13 @@ def test_an_inpaint_condition_into_a_model_without_inpaint_channels_is_a_warning
     fill = output("MODEL", facts={"detected": "FluxInpaint", "latent channels": 16, "model in channels": 96})
     records["1"] = {"node": "1", "class_type": "UNETLoader", "outputs": [fill]}
     assert wire_warnings.silent_mismatches(prompt, records) == {}
+
+
+def test_a_conditioning_no_model_of_the_graph_takes_is_a_warning_on_its_encoder():
+    records = dict(RECORDS, **{"5": {"node": "5", "class_type": "SaveConditioning", "outputs": []}})
+    (warning,) = wire_warnings.silent_mismatches(PROMPT, records)["3"]
+    assert warning == ("CONDITIONING of no model here: it is 2048 wide; the graph's MODEL node 1 (SD1.5) takes 768: "
+                       "encode with the CLIP of the model it is for")
+    unknown = output("MODEL", facts={"detected": "Lumina2", "latent channels": 16})  # its text width: not known here
+    records["6"] = {"node": "6", "class_type": "UNETLoader", "outputs": [unknown]}
+    assert wire_warnings.silent_mismatches(PROMPT, records) == {}

@@ -299,7 +299,8 @@ function showPanel(x) {
     panel.append(fix);
     for (const c of x.culprits ?? []) {
       const from = (c.source ?? [])[0];
-      const file = from ? ` · read by ${from.class_type} node ${from.node}: ${Object.values(from.inputs).join(", ")}` : "";
+      const says = from?.["file says"] ? ` (the file says ${Object.values(from["file says"]).join(", ")})` : "";
+      const file = from ? ` · read by ${from.class_type} node ${from.node}: ${Object.values(from.inputs).join(", ")}${says}` : "";
       panel.append(el("div", `font:12px ${MONO};margin:2px 0`,
         `'${c.input}' ← node ${c.node} (${c.type}${c.architecture ? ", " + c.architecture : ""}): ${(c.carries ?? []).join(", ")}${file}`));
     }
