@@ -3,7 +3,8 @@ and the batch manifest (batch/manifest.py) and the command line (cli.py) check t
 bounds before any model loads (tests/test_manifest_bounds.py walks every node schema against this table).
 
 Each table maps an input's name (the node input's name, which the manifest's key repeats) to its Range.
-`number_problem` and `text_problem` say what is wrong with a value, in the words the messages use."""
+`number_problem` and `text_problem` say what is wrong with a value, in the words the messages use. A whole number may
+come as an integral float (1024.0: JSON writers and some nodes write one); `whole_value` turns it into the int it is."""
 
 from __future__ import annotations
 
@@ -46,7 +47,7 @@ BATCH = {"workers": Range(1, 64), "max_resident": Range(1, 16), "connect_timeout
 # with a neighbour (0.5: every pixel sampled twice on each axis)
 TILED = {"tile": Range(256, 4096), "overlap": Range(0.0, 0.5)}
 # Crop For Inpaint's options beyond the box (compositing/crop_masks.py, crop_boxes.py, crop_split.py)
-CROP = {"threshold": Range(0.0, 1.0), "grow": Range(0, 1024), "blend_outside": Range(0, 1024),
+CROP = {"target": Range(64, 4096), "threshold": Range(0.0, 1.0), "grow": Range(0, 1024), "blend_outside": Range(0, 1024),
         "width": Range(16, 8192), "height": Range(16, 8192), "min_side": Range(0, 8192), "max_side": Range(0, 8192),
         "multiple": Range(1, 512), "min_scale": Range(0.0, 4.0)}
 # Compare Runs (compare/): the job both runs share
@@ -59,17 +60,23 @@ def _num(x) -> str:
 
 def number_problem(value, bounds: Range) -> str | None:
     """Why `value` is no valid number within `bounds` (None when it is): not a number (a bool is none), a
-    fraction where a whole number is wanted, NaN or infinite, below or above the range."""
+    fraction where a whole number is wanted (an integral float such as 1024.0 is a whole number), NaN or infinite,
+    below or above the range."""
     whole = bounds.whole
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return "must be a whole number" if whole else "must be a number"
     if isinstance(value, float) and not math.isfinite(value):
         return f"is not a finite number; give one from {bounds}"
-    if whole and not isinstance(value, int):
+    if whole and isinstance(value, float) and not value.is_integer():
         return f"must be a whole number from {bounds}"
     if not bounds.min <= value <= bounds.max:
         return f"is {'below' if value < bounds.min else 'above'} the range {bounds}"
     return None
+
+
+def whole_value(value):
+    """An integral float (1024.0) as the int it is, for a field number_problem accepted as whole; else `value`."""
+    return int(value) if isinstance(value, float) and math.isfinite(value) and value.is_integer() else value
 
 
 def text_problem(value) -> str | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import sys
 import urllib.request
@@ -38,17 +39,23 @@ class ArgumentParser(argparse.ArgumentParser):
 
 
 def whole_number(bounds: Range, what: str):
-    """An argparse type: a whole number within `bounds` (`what` names the node input it mirrors)."""
+    """An argparse type: a whole number within `bounds` (`what` names the node input it mirrors); written as an
+    integral float (4.0, 1e3) too, as bounds.number_problem takes one."""
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"{text!r} is not a whole number; give one from {bounds} ({what})") from None
+            try:
+                value = float(text)
+            except ValueError:
+                value = None
+            if value is None or not value.is_integer():
+                raise argparse.ArgumentTypeError(
+                    f"{text!r} is not a whole number; give one from {bounds} ({what})") from None
         why = number_problem(value, bounds)
         if why:
-            raise argparse.ArgumentTypeError(f"{value} {why} ({what})")
-        return value
+            raise argparse.ArgumentTypeError(f"{text} {why} ({what})")
+        return int(value)
 
     return parse
 
@@ -313,19 +320,29 @@ def default_tokenizers(jobs, manifest, *, strict: bool) -> None:
         raise ManifestError(manifest, problems)
 
 
+MAX_TOLERANCE = 1e6  # a relative error (the messages say 1e6); anything this large passes every boundary
+
+
 def tolerance_arg(text: str) -> float:
+    """An argparse type: a relative error above 0 and below MAX_TOLERANCE, each side refused in its own words."""
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not (0 < value < 1e6):  # NaN fails too
-        raise argparse.ArgumentTypeError(f"{text!r}: give a positive relative error, e.g. 1e-4")
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number; give a relative error such as 1e-4") from None
+    if math.isnan(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number; give a relative error such as 1e-4")
+    if value >= MAX_TOLERANCE:
+        raise argparse.ArgumentTypeError(f"{text!r} is over the bound: a tolerance is below 1e6 "
+                                         "(a relative error); give e.g. 1e-4")
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not positive: a tolerance is above 0 (a relative error); "
+                                         "give e.g. 1e-4")
     return value
 
 
 def compare(args) -> int:
     """`compare SPEC_A SPEC_B`: both runs, the boundary table and the image figures; exit 0 when every shared
-    boundary is within the tolerance, 1 when some differ, 2 for a spec that cannot run."""
+    boundary and the final images are within the tolerance, 1 when some differ, 2 for a spec that cannot run."""
     from .compare.diff import format_table
     from .compare.record import write_compare
     from .compare.runs import run_compare
@@ -349,7 +366,7 @@ def compare(args) -> int:
     for n in comparison.notes:
         print(f"note: {n}")
     print("wrote " + ", ".join(str(p) for p in paths.values()))
-    return 1 if comparison.first_divergence else 0
+    return 1 if comparison.differs else 0  # a shared boundary or the final images over the tolerance
 
 
 def trace_tokenizers(args) -> tuple:

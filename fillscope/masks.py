@@ -49,9 +49,10 @@ class Geometry:
 
 @dataclass
 class PreparedInput:
-    image: object  # [B,3,Hg,Wg] in [-1,1], the source on the model grid
+    image: object  # [B,3,Hg,Wg] in [-1,1], the source on the model grid (None: model_image=False, for tiles)
     mask: object  # [B,1,Hg,Wg] in [0,1], what the model repaints (binarised unless threshold == 0)
-    source: object  # [B,H,W,3] float 0..1, the untouched input (RGB) for paste-back
+    source: object  # [B,H,W,3] float 0..1, the untouched input (RGB) for paste-back; the input itself when it is
+    # float32 RGB in 0..1 already (never written to: paste-back and blending make new images)
     paste_mask: object  # [B,H,W,1] in [0,1]: grown mask, feathered inward only, at the input size
     geometry: Geometry
     coverage: float  # fraction of the input's pixels repainted (soft values weighted); 0 exactly when the grid has none
@@ -103,6 +104,7 @@ def prepare_image_and_mask(
     size_mode: str = "pad",
     multiple: int = MIN_SIDE,
     masked_fill: str = "none",
+    model_image: bool = True,
 ) -> PreparedInput:
     import math
 
@@ -174,7 +176,9 @@ def prepare_image_and_mask(
         grid_img = F.pad(chw, (0, gw - w, 0, gh - h), mode="replicate")
         grid_mask = F.pad(m, (0, gw - w, 0, gh - h), value=0.0)
     notes.append(geometry.describe())
-    if masked_fill != "none" and bool((grid_mask > 0).any()):
+    if not model_image:  # a caller that crops `source` itself (tiles): no whole-image copy for the model
+        grid_img = None
+    elif masked_fill != "none" and bool((grid_mask > 0).any()):
         # the model's view only: `source` (paste-back) keeps the input's pixels
         grid_img = neutralise_masked(grid_img, grid_mask, masked_fill)
         notes.append(describe(masked_fill, int((grid_mask > 0).sum())))
@@ -196,7 +200,7 @@ def prepare_image_and_mask(
         warnings.append(f"mask covers the whole {gw}x{gh} crop: nothing inside it is kept from the source; only the "
                         f"{kept:,} pixels of the cropped-off border stay source pixels")
     return PreparedInput(
-        image=(grid_img * 2.0 - 1.0).contiguous(),
+        image=(grid_img * 2.0 - 1.0).contiguous() if grid_img is not None else None,
         mask=grid_mask.contiguous(),
         source=rgb,
         paste_mask=paste.permute(0, 2, 3, 1),

@@ -31,7 +31,8 @@ def require_finite(name: str, t, values: str = "from 0 to 1") -> None:
 
 def as_rgb(image, notes):
     """A ComfyUI IMAGE [B,H,W,C] (or [H,W,C]) -> [B,H,W,3] float, clamped to 0..1: RGBA drops its alpha, greyscale is
-    repeated to RGB, each choice appended to `notes`; any other shape or channel count is refused."""
+    repeated to RGB, each choice appended to `notes`; any other shape or channel count is refused. A float32 image in
+    0..1 comes back as itself (or a view): callers make new tensors from it, never write into it."""
     if image.dim() == 3:
         image = image.unsqueeze(0)
     if image.dim() != 4:
@@ -45,6 +46,12 @@ def as_rgb(image, notes):
         image = image.expand(*image.shape[:-1], 3)
     elif channels != 3:
         raise FillScopeInputError("image", f"has {channels} channels; expected 3 (RGB) or 4 (RGBA).", "convert the image to RGB.")
+    import torch
+
+    if image.dtype == torch.float32 and image.numel() and image.device.type != "meta":
+        low, high = torch.aminmax(image)  # a ComfyUI IMAGE is in range already: itself, not a whole-image copy
+        if float(low) >= 0.0 and float(high) <= 1.0:
+            return image
     return image.float().clamp(0, 1)
 
 

@@ -101,6 +101,7 @@ def run_schema(node_id: str, display_name: str, description: str, inputs: list):
 class _CompareRun(FillScopeNode):
     family: str
     components: tuple
+    denoisers: tuple = ()  # (family, ComfyUI's MODEL) as the sampler's require_one_denoiser names them
     places_models = False  # a definition only: the Compare node places what it runs
 
     @classmethod
@@ -108,6 +109,10 @@ class _CompareRun(FillScopeNode):
         from ..fillscope.errors import FillScopeInputError
 
         stack = {name: inputs.pop(name) for name in cls.components if inputs.get(name) is not None}
+        if model is not None and "transformer" in stack:  # the samplers' rule, in their words
+            from .native_model import require_one_denoiser
+
+            require_one_denoiser(stack["transformer"], model, *cls.denoisers)
         if implementation == NATIVE and model is None:
             raise FillScopeInputError("model", "is empty but implementation is native.",
                                       "wire ComfyUI's own model (UNETLoader) to model, or choose fillscope.")
@@ -128,6 +133,7 @@ class _CompareRun(FillScopeNode):
 class FluxFillCompareRun(_CompareRun):
     family = "flux_fill"
     components = ("clip_l", "t5", "transformer", "vae")
+    denoisers = ("FLUX Fill", "FLUX.1 Fill")
     title = "FLUX Fill compare run"
 
     @classmethod
@@ -152,6 +158,7 @@ class FluxFillCompareRun(_CompareRun):
 class SD3ControlNetCompareRun(_CompareRun):
     family = "sd3_controlnet"
     components = ("clip_l", "clip_g", "t5", "transformer", "controlnet", "vae")
+    denoisers = ("SD3", "SD3")
     title = "SD3 ControlNet compare run"
 
     @classmethod
@@ -264,8 +271,9 @@ class Compare(FillScopeNode):
         tolerance = float(tolerance)
         from ..fillscope.compare.diff import compare_captures, format_table
         from ..fillscope.compare.record import write_compare
-        from ..fillscope.compare.runs import run_on_stack
+        from ..fillscope.compare.runs import require_mask, run_on_stack
         from ..fillscope.compare.variants import stack_variant
+        from ..fillscope.errors import FillScopeInputError
         from ..fillscope.masks import prepare_image_and_mask
         from . import memory
         from .inspect import output_stem
@@ -273,6 +281,8 @@ class Compare(FillScopeNode):
         rec.tensor("image", image, "input")
         rec.tensor("mask", mask, "input")
         prepared = prepare_image_and_mask(image, mask)
+        require_mask(prepared, "mask", "paint the area to repaint in the mask (1 = repaint; LoadImage's mask is "
+                                       "1 - alpha), then compare.")
         progress = c.progress_callback(2 * steps)
         results = []
         for k, run in enumerate((run_a, run_b)):
@@ -281,15 +291,18 @@ class Compare(FillScopeNode):
             def callback(i, n, k=k):
                 progress(k * steps + i, 2 * steps)
 
-            if run.implementation == NATIVE:
-                native = native_flux_fill if run.family == "flux_fill" else native_sd3
-                result = native(rec, run, stack, prompt, prepared, steps, seed, callback)
-            else:
-                with memory.use(*stack.values(), rec=rec):
-                    result = run_on_stack(run.family, stack, prompt, prepared, steps=steps, seed=seed,
-                                          implementation=run.implementation, blocks=blocks,
-                                          attention=None if run.attention == "as loaded" else run.attention,
-                                          facts=facts, callback=callback, **run.options)
+            try:
+                if run.implementation == NATIVE:
+                    native = native_flux_fill if run.family == "flux_fill" else native_sd3
+                    result = native(rec, run, stack, prompt, prepared, steps, seed, callback)
+                else:
+                    with memory.use(*stack.values(), rec=rec):
+                        result = run_on_stack(run.family, stack, prompt, prepared, steps=steps, seed=seed,
+                                              implementation=run.implementation, blocks=blocks,
+                                              attention=None if run.attention == "as loaded" else run.attention,
+                                              facts=facts, callback=callback, **run.options)
+            except FillScopeInputError as e:
+                raise as_compare_input(e, "run_b" if k else "run_a") from None
             result.spec = run
             results.append(result)
             del stack
@@ -310,6 +323,23 @@ class Compare(FillScopeNode):
         text = "\n".join([comparison.headline(), f"A: {a.spec.describe()}", f"B: {b.spec.describe()}", "",
                           format_table(comparison, 60)])
         return io.NodeOutput(a.image, b.image, heat, None, ui={"text": [text]})
+
+
+# the engine's names for what Compare Runs takes as `prompt` (the pipelines' and samplers' text inputs)
+PROMPT_NAMES = ("text", "positive")
+
+
+def as_compare_input(e, run: str):
+    """An engine error raised while Compare Runs runs `run` ("run_a" / "run_b"), named as the inputs that hold the
+    value: the engine's `text` / `positive` is this node's `prompt`; its `negative` is the negative_prompt of the
+    Compare Run node wired to `run`; any other name is left as it is."""
+    from ..fillscope.errors import FillScopeInputError
+
+    if e.input_name in PROMPT_NAMES:
+        return FillScopeInputError("prompt", e.problem, e.fix)
+    if e.input_name == "negative":
+        return FillScopeInputError(run, f"(the negative prompt of the Compare Run node wired here) {e.problem}", e.fix)
+    return e
 
 
 def native_flux_fill(rec, run, stack, prompt, prepared, steps, seed, callback):

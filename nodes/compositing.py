@@ -43,7 +43,8 @@ class CropForInpaint(FillScopeNode):
                                tooltip="The mask's box grown by this factor around its centre: what the model sees "
                                        "around the hole."),
                 io.Int.Input("padding", default=32, min=0, max=2048, tooltip="Pixels added on each side of the box."),
-                io.Int.Input("target", default=1024, min=64, max=4096, step=16,
+                io.Int.Input("target", default=1024, min=c.bounds.CROP["target"].min, max=c.bounds.CROP["target"].max,
+                             step=16,
                              tooltip="Long side of the crop (the model's native size: 1024 for FLUX.1 Fill); the "
                                      "short side follows the box's aspect, both multiples of 16."),
                 io.Boolean.Input("regions", default=False,

@@ -38,20 +38,25 @@ class VAEDecode(FillScopeNode):
                                        "size (padding cropped, a crop pasted back)."),
                 io.Latent.Input("native_latent", optional=True,
                                 tooltip="ComfyUI's own LATENT (VAEEncode, LatentUpscale, KSampler, a FillScope "
-                                        "sampler's LATENT output) of the VAE's family, used instead of latent: "
-                                        "converted to FillScope's space (FLUX.1 / SD3: (z - shift) * scale; klein: as "
-                                        "is) and decoded at the latent's size, as ComfyUI's VAEDecode does."),
+                                        "sampler's LATENT output) of the VAE's family, wired instead of latent (not "
+                                        "both): converted to FillScope's space (FLUX.1 / SD3: (z - shift) * scale; "
+                                        "klein: as is) and decoded at the latent's size, as ComfyUI's VAEDecode does."),
             ],
             outputs=[io.Image.Output("image"), c.shapes_output()],
         )
 
     @classmethod
     def run(cls, rec, vae, latent=None, native_latent=None):
+        if latent is not None and native_latent is not None:  # one rule for two inputs that mean the same
+            raise FillScopeInputError("latent", "is wired and so is 'native_latent': the decode decodes exactly one "
+                                                "latent, FillScope's sampler latent or ComfyUI's LATENT.",
+                                      "wire FillScope's sampler latent to 'latent' or ComfyUI's LATENT to "
+                                      "'native_latent', not both.")
         if not isinstance(vae, Component):  # ComfyUI's VAE: FLUX.1, SD3 and FLUX.2 (ComfyUI space in and out)
-            vae = as_fillscope_vae(vae, latent.family if latent is not None and native_latent is None else native_family(vae))
+            vae = as_fillscope_vae(vae, latent.family if latent is not None else native_family(vae))
             rec.note(f"ComfyUI's VAE: {vae.provenance}")
         if native_latent is not None:
-            return cls.run_native(rec, vae, native_latent, ignored=latent is not None)
+            return cls.run_native(rec, vae, native_latent)
         if latent is None:
             raise FillScopeInputError("latent", "nothing is connected: the decode needs a latent to decode.",
                                       "connect a FillScope sampler's latent, or a ComfyUI LATENT to native_latent.")
@@ -65,14 +70,12 @@ class VAEDecode(FillScopeNode):
         return image
 
     @classmethod
-    def run_native(cls, rec, vae, native_latent, ignored: bool):
+    def run_native(cls, rec, vae, native_latent):
         samples = native_latent.get("samples") if isinstance(native_latent, dict) else None
         if samples is None:
             raise FillScopeInputError("native_latent", "is not a ComfyUI LATENT (a dict holding 'samples').",
                                       "connect a LATENT output (VAEEncode, a sampler's LATENT).")
         rec.tensor("native_latent.samples", samples, "input")
-        if ignored:
-            rec.note("native_latent is decoded; the latent wired too is not used")
         image = decode_comfy_latent(vae, samples, observe=rec.observe)
         rec.tensor("image", image)
         if vae.is_meta:

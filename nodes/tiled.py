@@ -13,7 +13,7 @@ from ..fillscope.compositing.tiles import check_tile_settings
 from ..fillscope.masks import Geometry
 from ..fillscope.pipelines.klein import BASE_GUIDANCE, DISTILLED_STEPS, MODEL_TYPES
 from ..fillscope.specs import sd3_side_limit
-from ..fillscope.tiled import MODES, run_tiled
+from ..fillscope.tiled import MODES, check_room_for_image, run_tiled
 from . import common as c
 from . import tooltips as tips
 from .base import FillScopeNode
@@ -61,7 +61,9 @@ class _Tiled(FillScopeNode):
     def prepare(cls, rec, image, tile, overlap, mask=None, **inputs):
         """Before any model is placed: the tile settings (the engine's check, the nodes' range), the mask."""
         check_tile_settings(tile, overlap)
+        check_room_for_image(image)  # a 16384 px image would take the server down: refused before any copy
         rec.tensor("image", image, "input")
+        mask_given = mask is not None
         if mask is None:  # klein without a mask: every pixel is repainted (an edit of the whole picture)
             import torch
 
@@ -70,11 +72,11 @@ class _Tiled(FillScopeNode):
                      "(an edit); strength below 1 keeps more of the source's layout")
         else:
             rec.tensor("mask", mask, "input")
-        return {"image": image, "mask": mask, "tile": tile, "overlap": overlap, **inputs}
+        return {"image": image, "mask": mask, "tile": tile, "overlap": overlap, "mask_drawn": mask_given, **inputs}
 
     @classmethod
     def run(cls, rec, image, mask, prompt, tile, overlap, mode, poisson, seed, steps, invert_mask, threshold, grow,
-            feather, masked_fill="none", **inputs):
+            feather, masked_fill="none", mask_drawn=True, **inputs):
         stack = {name: inputs.pop(name) for name in cls.components}
         family_kwargs = {name: inputs[name] for name in cls.options if name in inputs}
         extra = {"poisson": True} if poisson else {}  # passed only when on: the engine's poisson is independent only
@@ -84,6 +86,9 @@ class _Tiled(FillScopeNode):
         done = run_tiled(cls.family, stack, prompt, image, mask, tile=tile, overlap=overlap, mode=mode, seed=seed,
                          steps=steps, callback=c.progress_callback(steps), observe=observe, mask_options=options,
                          **extra, **family_kwargs)
+        if not mask_drawn:  # the all-repaint mask prepare made: nobody drew it, so nothing to say about binarising it
+            done.notes = [n for n in done.notes if not n.startswith("mask binarised")]
+            done.warnings = [w for w in done.warnings if "plain text-to-image" not in w]
         record_tiles(rec, done, image, tile=tile, overlap=overlap, mode=mode, first=observe.first,
                      first_sampled=observe.first_sampled)
         out = done.image.float().cpu()

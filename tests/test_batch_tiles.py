@@ -133,7 +133,7 @@ def test_good_tiles_are_read_with_the_defaults_filled_in(folder):
 
 
 @pytest.mark.parametrize("tile, says", [(128, "below the range 256 to 4096"), (8192, "above the range 256 to 4096"),
-                                        (1000, "not a multiple of 16 px"), (512.0, "must be a whole number"),
+                                        (1000, "not a multiple of 16 px"), (512.5, "must be a whole number"),
                                         ("1024", "must be a whole number"), (True, "must be a whole number")])
 def test_a_bad_tile_names_the_job_and_field(folder, tile, says):
     found = problems_of(folder, {"tile": tile})

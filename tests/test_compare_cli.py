@@ -147,3 +147,86 @@ def test_fp8_storage_against_bf16_gives_per_boundary_figures_and_psnr(job):
     assert code == 1 and doc["a"]["dtype"] == doc["b"]["dtype"] == "bf16"
     assert r["fill_condition"]["status"] == "same" and r["step[1].denoiser"]["status"] == "differs"
     assert isinstance(doc["comparison"]["image"]["psnr_inside"], float)
+
+
+# --- issue 35: specs and arguments refused by name, before any model loads -----------------------------------------
+
+def refusal(job, capsys, a, b, *extra) -> str:
+    """The one message of a compare that exits 2."""
+    code = main(["compare", str(a), b, "--out", str(job / "refused"), *extra])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err and "Fix:" in err, err
+    return err
+
+
+@pytest.fixture
+def no_model_loads(monkeypatch):
+    """A compare that gets as far as loading a stack fails the test."""
+    from fillscope.batch import runner
+
+    def load_stack(*a, **k):
+        raise AssertionError("a model loaded")
+
+    monkeypatch.setattr(runner, "load_stack", load_stack)
+
+
+def test_a_spec_nested_thousands_deep_is_refused_by_its_depth_as_a_manifest_line_is(job, capsys, tmp_path):
+    deep = '{"dtype": ' + "[" * 5000 + "]" * 5000 + "}"
+    err = refusal(job, capsys, job / "a.json", deep)
+    assert "'SPEC_B'" in err and "nests 5001 levels deep" in err and "at most 8" in err and "Recursion" not in err
+    (tmp_path / "deep.json").write_text(deep)
+    err = refusal(job, capsys, tmp_path / "deep.json", "{}")
+    assert "'SPEC_A'" in err and f"the file {tmp_path / 'deep.json'}" in err and "nests 5001" in err
+
+
+@pytest.mark.parametrize("text, kind", [("[1,2]", "an array"), (" [] ", "an array"), ("42", "a number"),
+                                        ("null", "null")])
+def test_inline_json_that_is_not_an_object_is_refused_as_such_not_read_as_a_file_name(job, capsys, text, kind):
+    err = refusal(job, capsys, job / "a.json", text)
+    assert "'SPEC_B'" in err and f"is JSON but {kind}, not an object" in err and "cannot be read" not in err
+
+
+def test_a_tolerance_over_its_bound_is_refused_as_over_the_bound_not_as_not_positive(job, capsys):
+    for value, says in (("1e308", "is over the bound"), ("1e6", "is over the bound"), ("0", "is not positive"),
+                        ("-1e-4", "is not positive"), ("nan", "is not a finite number")):
+        with pytest.raises(SystemExit) as e:
+            main(["compare", str(job / "a.json"), "{}", f"--tolerance={value}"])
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and "--tolerance" in err and says in err and "1e-4" in err, (value, err)
+        assert len(err.strip().splitlines()) == 1
+
+
+def test_a_missing_model_of_run_b_is_refused_naming_b_models_before_any_model_loads(job, capsys, no_model_loads):
+    missing = job / "missing" / "flux1-fill-dev.safetensors"
+    err = refusal(job, capsys, job / "a.json", json.dumps({"models": {"default": str(job / "flux"),
+                                                                       "clip_l": str(missing)}}))
+    assert "input 'B.models'" in err and f"B.models clip_l '{missing}'" in err and "does not exist" in err
+    assert "menu" not in err and "Nothing has loaded" in err
+    err = refusal(job, capsys, job / "a.json", json.dumps({"models": str(missing)}))
+    assert "input 'B.models'" in err and all(f"B.models {c} " in err for c in ("clip_l", "t5", "transformer", "vae"))
+
+
+def test_an_empty_mask_is_refused_naming_the_spec_field_before_any_model_loads(job, capsys, no_model_loads):
+    Image.fromarray(np.zeros((64, 96), np.uint8)).save(job / "empty_mask.png")
+    a = {**json.loads((job / "a.json").read_text()), "image": str(job / "img.png"), "mask": str(job / "empty_mask.png")}
+    err = refusal(job, capsys, json.dumps(a), '{"implementation": "diffusers"}')
+    assert "input 'A.mask'" in err and "is empty" in err and "nothing to repaint" in err
+
+
+def test_runs_that_agree_at_every_shared_boundary_but_not_in_their_images_headline_it_and_exit_1(job, capsys,
+                                                                                                 monkeypatch):
+    """The report of issue 35: an empty mask let FillScope return the source without sampling while diffusers
+    repainted; every boundary both passed agreed, and the comparison said so and exited 0. With the up-front refusal
+    lifted, the images' difference is what the headline reports and the exit code follows it."""
+    from fillscope.compare import runs
+
+    monkeypatch.setattr(runs, "require_mask", lambda *a, **k: None)
+    Image.fromarray(np.zeros((64, 96), np.uint8)).save(job / "empty_mask.png")
+    a = {**json.loads((job / "a.json").read_text()), "image": str(job / "img.png"), "mask": str(job / "empty_mask.png")}
+    code = main(["compare", json.dumps(a), '{"implementation": "diffusers"}', "--out", str(job / "empty")])
+    doc = json.loads((job / "empty" / "compare.json").read_text())
+    c = doc["comparison"]
+    assert code == 1 and c["first_divergence"] is None and c["differs"] is True
+    assert c["headline"].startswith("the images differ (rel err ") and "no boundary over" not in c["headline"]
+    assert c["image"]["rel_err"] > 1e-4 and "outside" in c["headline"]
+    assert "the images differ" in capsys.readouterr().out

@@ -52,7 +52,7 @@ def bounded_fields():
 def bad_values(r: bounds.Range) -> list:
     step = 1 if r.whole else 0.01
     values = [r.min - step, r.max + step, math.nan, math.inf, -math.inf, "1", True, None, [1]]
-    return values + ([r.min + 0.5, 1e9] if r.whole else [])
+    return values + ([r.min + 0.5, 1e9 + 0.5] if r.whole else [])  # 1e9 itself is whole (an integral float)
 
 
 # --- the table ----------------------------------------------------------------------------------------------------
@@ -99,6 +99,33 @@ def test_a_line_nested_too_deep_is_refused_before_it_is_parsed(tmp_path):
     with pytest.raises(ManifestError) as e:  # json.loads would raise RecursionError
         read_manifest(path)
     assert 'line 2, field "JSON": nests 100001 levels deep' in str(e.value)
+
+
+def test_an_integral_float_is_a_whole_number_in_the_manifest_the_cli_and_crop_and_a_fraction_is_not(tmp_path,
+                                                                                                        capsys):
+    """Issue 35: JSON writers give 1024.0 for 1024; bounds.number_problem takes it as the whole number it is (the
+    manifest, the command line's whole-number arguments, the crop's engine behind Crop For Inpaint) and refuses
+    1024.5 as no whole number."""
+    from fillscope.compositing.crop import crop_for_inpaint
+    from fillscope.masks import synthetic_image_and_mask
+
+    line = dict(GOOD["flux-fill"], seed=7.0, steps=2.0, grow=8.0, tiles={"tile": 1024.0, "overlap": 0.25})
+    job = read_manifest(write(tmp_path / "ok.jsonl", [line]))[0]
+    assert (job.seed, job.steps, job.options["grow"], job.tiles["tile"]) == (7, 2, 8, 1024)
+    assert all(type(v) is int for v in (job.seed, job.steps, job.options["grow"], job.tiles["tile"]))
+    for field, value in (("tiles", {"tile": 1024.5}), ("steps", 2.5), ("grow", 8.5)):
+        text = refused(tmp_path, "flux-fill", **{field: value})
+        assert "whole number" in text and "tiles.tile" in text if field == "tiles" else f'field "{field}"' in text
+    manifest = write(tmp_path / "half.jsonl", [dict(GOOD["flux-fill"], tiles={"tile": 1024.5})])
+    assert cli.main(["batch", str(manifest), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert 'field "tiles.tile": is 1024.5; it must be a whole number from 256 to 4096' in err, err
+    assert cli.whole_number(bounds.BATCH["workers"], "workers")("4.0") == 4
+    with pytest.raises(cli.argparse.ArgumentTypeError, match="'4.5' is not a whole number; give one from 1 to 64"):
+        cli.whole_number(bounds.BATCH["workers"], "workers")("4.5")
+    image, mask = synthetic_image_and_mask(200, 160, 0.3)
+    out = crop_for_inpaint(image, mask, target_long_side=256.0, multiple=16.0, padding=8.0)
+    assert max(out.image.shape[1:3]) == 256
 
 
 def test_menu_options_are_refused_when_not_a_choice(tmp_path):

@@ -152,3 +152,32 @@ def test_the_shipped_compare_template_runs_on_the_tiny_stand_ins_and_writes_its_
     doc = record(server, None, "template")
     assert doc["b"]["storage"] == "fp8_e4m3fn" and doc["a"]["storage"] == "as loaded"
     assert all(f"step[{i}].denoiser" in rows(doc) for i in range(1, STEPS + 1))
+
+
+# --- issue 35 -------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("family", ["flux", "sd3"])
+def test_a_prompt_the_runs_cannot_use_is_refused_naming_compare_runs_prompt_input(server, info, family):
+    """Two prompts (a line ---) for one image: the engine names its own inputs (FLUX's `text`, SD3's `positive`),
+    which Compare Runs has not; the refusal names its `prompt`."""
+    graph = compare_graph(info, family, {}, {}, prefix=f"two_prompts_{family}")
+    graph["cmp"]["inputs"]["prompt"] = "a red brick fireplace\n---\na lamp"
+    with pytest.raises(ComfyExecutionError) as e:
+        server.run(graph, timeout=600)
+    message = str(e.value)
+    assert "input 'prompt'" in message and "batch 2 for 1 images" in message, message
+    assert "input 'text'" not in message and "input 'positive'" not in message
+
+
+def test_an_empty_mask_is_refused_naming_mask_before_either_run(server, info):
+    """An empty mask: FillScope's run would return the source without sampling and diffusers' would repaint, with
+    every boundary both pass agreeing (issue 35's 'no boundary over 0.0001'); Compare Runs refuses it as `mask`."""
+    rgba = np.concatenate([np.random.default_rng(4).integers(0, 256, (H, W, 3)), np.full((H, W, 1), 255)], -1)
+    Image.fromarray(rgba.astype(np.uint8), "RGBA").save(server.input_dir / "fillscope_compare_opaque.png")
+    graph = compare_graph(info, "flux", {}, {"implementation": "diffusers"}, prefix="empty_mask")
+    graph["img"]["inputs"]["image"] = "fillscope_compare_opaque.png"
+    with pytest.raises(ComfyExecutionError) as e:
+        server.run(graph, timeout=600)
+    message = str(e.value)
+    assert "input 'mask'" in message and "is empty" in message and "Fix:" in message, message
+    assert not list((server.output_dir / "fillscope").glob("empty_mask_*.json"))

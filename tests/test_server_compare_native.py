@@ -41,8 +41,8 @@ def graph(prefix: str, b: dict) -> dict:
         "6": n("FillScopeSyntheticImageMask", width=128, height=96, mask_fraction=0.5),
         "a": n("FillScopeFluxFillCompareRun", clip_l=["1", 0], t5=["2", 0], transformer=["3", 0], vae=["4", 0],
                implementation="fillscope", **run),
-        "b": n("FillScopeFluxFillCompareRun", clip_l=["1", 0], t5=["2", 0], vae=["4", 0], model=["m", 0], **run,
-               **b, **({} if b.get("implementation") == "native" else {"transformer": ["3", 0]})),
+        "b": n("FillScopeFluxFillCompareRun", clip_l=["1", 0], t5=["2", 0], vae=["4", 0], **run, **b,
+               **({"model": ["m", 0]} if b.get("implementation") == "native" else {"transformer": ["3", 0]})),
         "c": n("FillScopeCompare", run_a=["a", 0], run_b=["b", 0], image=["6", 0], mask=["6", 1],
                prompt="a red brick fireplace", seed=2, steps=STEPS, filename_prefix=f"fillscope/{prefix}"),
     }
@@ -76,3 +76,19 @@ def test_native_without_a_model_is_refused_naming_model_and_the_next_prompt_runs
     assert "'model'" in str(e.value) and "native" in str(e.value)
     server.run(graph("again", {"implementation": "fillscope"}), timeout=600)
     assert record(server, "again")["comparison"]["first_divergence"] is None
+
+
+@pytest.mark.parametrize("implementation", ["fillscope", "native"])
+def test_model_and_transformer_both_wired_are_refused_as_the_samplers_refuse_them(server, implementation):
+    """Issue 35: one rule for two inputs that mean the same. The FLUX Fill sampler refuses FillScope's transformer
+    and ComfyUI's MODEL both wired; FLUX Fill Compare Run took both and ran one. It refuses them in the sampler's
+    words (nodes/native_model.require_one_denoiser), whichever implementation is chosen."""
+    from comfy_server import ComfyExecutionError
+
+    g = graph(f"both_{implementation}", {"implementation": implementation})
+    g["b"]["inputs"].update(transformer=["3", 0], model=["m", 0])
+    with pytest.raises(ComfyExecutionError) as e:
+        server.run(g, timeout=600)
+    msg = str(e.value)
+    assert "input 'transformer'" in msg and "is wired and so is 'model'" in msg and "exactly one denoiser" in msg, msg
+    assert "not both" in msg

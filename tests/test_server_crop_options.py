@@ -375,3 +375,18 @@ def test_bad_values_are_refused_naming_the_input_and_the_server_runs_the_next_pr
     mask = loaded("plain_border_blob") > 0
     got = changed(server, entry, ids)
     assert not got[~mask].any() and got[mask].all()
+
+
+def test_a_multiple_larger_than_target_is_refused_naming_multiple_with_a_fix_its_widgets_can_reach(server):
+    """Issue 35: multiple 512 with target 256 blamed target, with a range (512 to 8192) past target's widget (64 to
+    4096): it is `multiple` that no crop side can be a multiple of."""
+    p = Prompt()
+    image, masks = inputs(p, "plain_blob")
+    crop = crop_node(p, image, masks["plain_blob"], multiple=512, target=256)
+    p.add("PreviewImage", images=[crop, 0])
+    with pytest.raises(ComfyExecutionError) as refused:
+        server.run(p, timeout=120)
+    message = str(refused.value)
+    assert f"({CROP})" in message and "input 'multiple'" in message and "input 'target'" not in message, message
+    assert "is 512, larger than target (256)" in message and "set multiple to at most 256" in message
+    assert "8192" not in message

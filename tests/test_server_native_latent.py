@@ -107,6 +107,20 @@ def assert_decodes_agree(server, family: str):
           "| VAEEncode -> FillScope decode vs VAEDecode", float((enc_fs["image"] - enc_c["image"]).abs().max()))
 
 
+def klein_sampled(info) -> dict:
+    """The tiny klein inpaint up to its sampler ("smp": FS_LATENT out 0, ComfyUI's LATENT out 2)."""
+    return {
+        "img": api_node(info, "LoadImage", image=IMAGE),
+        "q": loader(info, "FillScopeLoadQwen3", "text_encoders/qwen_3_4b.safetensors"),
+        "tr": loader(info, "FillScopeLoadKleinTransformer", "diffusion_models/flux-2-klein-4b.safetensors"),
+        "vae": loader(info, "FillScopeLoadVAE", KLEIN_VAE, kind="flux2"),
+        "txt": api_node(info, "FillScopeQwen3Encode", qwen3=["q", 0], text="a fireplace"),
+        "cond": api_node(info, "FillScopeKleinInpaintCondition", vae=["vae", 0], image=["img", 0], mask=["img", 1]),
+        "smp": api_node(info, "FillScopeKleinSampler", transformer=["tr", 0], positive=["txt", 0], condition=["cond", 0],
+                        steps=2, seed=3),
+    }
+
+
 def test_object_info(info):
     for name in ("FillScopeFluxFillSampler", "FillScopeSD3ControlNetInpaintSampler", "FillScopeKleinSampler"):
         assert info[name]["output"][:2] == ["FS_LATENT", "STRING"] and info[name]["output"][-1] == "LATENT", name
@@ -173,14 +187,7 @@ def test_sd3_latent_into_comfyui_decode(server, info):
 
 def test_klein_latent_shape_and_round_trip(server, info):
     prompt = {
-        "img": api_node(info, "LoadImage", image=IMAGE),
-        "q": loader(info, "FillScopeLoadQwen3", "text_encoders/qwen_3_4b.safetensors"),
-        "tr": loader(info, "FillScopeLoadKleinTransformer", "diffusion_models/flux-2-klein-4b.safetensors"),
-        "vae": loader(info, "FillScopeLoadVAE", KLEIN_VAE, kind="flux2"),
-        "txt": api_node(info, "FillScopeQwen3Encode", qwen3=["q", 0], text="a fireplace"),
-        "cond": api_node(info, "FillScopeKleinInpaintCondition", vae=["vae", 0], image=["img", 0], mask=["img", 1]),
-        "smp": api_node(info, "FillScopeKleinSampler", transformer=["tr", 0], positive=["txt", 0], condition=["cond", 0],
-                    steps=2, seed=3),
+        **klein_sampled(info),
         "fsdec": api_node(info, "FillScopeVAEDecode", vae=["vae", 0], latent=["smp", 0]),
         "fsnat": api_node(info, "FillScopeVAEDecode", vae=["vae", 0], native_latent=["smp", 2]),
         "s1": save(info, "klein_fs", image=["fsdec", 0], latent=["smp", 2]),
@@ -214,6 +221,23 @@ def test_wrong_family_latent_is_refused_and_server_keeps_serving(server, info):
     with pytest.raises(ComfyExecutionError) as e:
         server.run(prompt, timeout=300)
     assert "native_latent" in str(e.value) and "128-channel" in str(e.value)
+    assert server.alive()
+
+
+def test_latent_and_native_latent_both_wired_are_refused_naming_both(server, info):
+    """Issue 35: one rule for two inputs that mean the same. VAE Decode took a FillScope latent and a ComfyUI LATENT
+    both and decoded one; it refuses both wired, naming both, as the samplers refuse transformer and model both."""
+    from comfy_server import ComfyExecutionError
+
+    prompt = {
+        **klein_sampled(info),
+        "dec": api_node(info, "FillScopeVAEDecode", vae=["vae", 0], latent=["smp", 0], native_latent=["smp", 2]),
+        "s": save(info, "both_latents", image=["dec", 0]),
+    }
+    with pytest.raises(ComfyExecutionError) as e:
+        server.run(prompt, timeout=300)
+    msg = str(e.value)
+    assert "input 'latent'" in msg and "is wired and so is 'native_latent'" in msg and "not both" in msg, msg
     assert server.alive()
 
 

@@ -342,3 +342,39 @@ def test_a_placeholder_bigger_than_the_available_ram_is_refused_with_both_figure
                    "choose 'meta' (the full topology with shapes only, no memory), or free memory (close other "
                    "programs, unload other models).")
     assert server.run(clip_l("meta"))["status"]["status_str"] == "success"
+
+
+# ---- an image too big for the memory available (issue 35: a 16384 px image got the server killed) ------------------
+
+
+def test_a_16384_px_image_into_the_tiled_sampler_is_refused_in_seconds_and_the_server_runs_on(server):
+    """On this module's server (its available RAM said to be 64 MiB): ComfyUI's EmptyImage and SolidMask at
+    16384x16384 (3 GiB and 1 GiB, ComfyUI's own) into FLUX Fill Tiled Inpaint (the production topology on 'meta', so
+    that only the image is real) is refused before any copy of the image, naming `image`, its size and both memory
+    figures; the server answers and the next prompt runs."""
+    stack = {str(n): {"class_type": f"FillScopeLoad{kind}", "inputs": {"source": "meta", "dtype": "bf16",
+                                                                       "device": "auto", "placeholder_seed": 0,
+                                                                       **extra}}
+             for n, kind, extra in ((1, "CLIPL", {}), (2, "T5", {}), (3, "FluxFillTransformer", {}),
+                                    (4, "VAE", {"kind": "flux"}))}
+    prompt = {**stack,
+              "5": {"class_type": "EmptyImage", "inputs": {"width": 16384, "height": 16384, "batch_size": 1,
+                                                           "color": 0}},
+              "6": {"class_type": "SolidMask", "inputs": {"value": 1.0, "width": 16384, "height": 16384}},
+              "7": {"class_type": "FillScopeFluxFillTiledInpaint", "inputs": {
+                  "clip_l": ["1", 0], "t5": ["2", 0], "transformer": ["3", 0], "vae": ["4", 0], "image": ["5", 0],
+                  "mask": ["6", 0], "prompt": "a red brick fireplace", "tile": 1024, "overlap": 0.15,
+                  "mode": "independent", "poisson": False, "seed": 0, "steps": 1, "guidance": 30.0, "denoise": 1.0,
+                  "invert_mask": False, "threshold": 0.5, "grow": 0, "feather": 0}},
+              "8": {"class_type": "PreviewAny", "inputs": {"source": ["7", 1]}}}
+    started = time.monotonic()
+    msg = refused_at(server, prompt, "FillScopeFluxFillTiledInpaint")[0].strip()
+    seconds = time.monotonic() - started
+    print(f"\n[memory] refused in {seconds:.1f} s: {msg}")
+    assert msg.startswith("[FillScope] input 'image': is 16384x16384: 3.00 GiB as float32 RGB, and a tiled run holds "
+                          "2 more copies of it (the tiles' blend and the result), 6.00 GiB of CPU memory (RAM); only "
+                          "0.06 GiB is available (FillScope keeps 10% free), so the run did not start. Fix: scale the "
+                          "image down (ImageScale)"), msg
+    assert seconds < 60, seconds  # ComfyUI's own 4 GiB of image and mask included
+    clip_meta = {"1": stack["1"], "2": {"class_type": "PreviewAny", "inputs": {"source": ["1", 1]}}}
+    assert server.run(clip_meta)["status"]["status_str"] == "success"

@@ -214,6 +214,9 @@ def test_klein_tiled_inpaints_and_edits_without_a_mask(server, info):
                                               steps=1))
     record = check_run(server, entry, progress, "klein", mask=False, steps=1)
     assert any(n.startswith("no mask: the whole image is repainted") for n in record["notes"])
+    # nobody drew a mask: no word of binarising one, nor of "plain text-to-image" (it is an edit of the source)
+    said = record["notes"] + record.get("warnings", [])
+    assert not [t for t in said if t.startswith("mask binarised") or "plain text-to-image" in t], said
 
 
 def test_sd3_tiled_inpaints_in_mode_independent(server, info):

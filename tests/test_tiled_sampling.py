@@ -203,3 +203,24 @@ def test_flux_fill_meta_at_6144x4096_runs_every_kept_tile_at_4096_tokens_and_giv
         assert r["tokens"] == 4096 and r["transformer_input"] == [1, 4096, 384]
     assert list(done.image.shape) == [1, height, width, 3]
     assert outside_is_source(done.image, image, mask)
+
+
+def test_an_image_too_big_for_the_memory_available_is_refused_with_its_size_and_both_figures(monkeypatch):
+    """fillscope.tiled.check_room_for_image, as run_tiled and the tiled nodes call it before anything is prepared:
+    the image's size, the memory its run needs (WHOLE_IMAGE_COPIES copies) and what is available."""
+    import torch
+
+    from fillscope.errors import FillScopeInputError
+    from fillscope.models import AVAILABLE_RAM_ENV
+    from fillscope.tiled import WHOLE_IMAGE_COPIES, check_room_for_image
+
+    image = torch.zeros(1, 1024, 2048, 3)  # 24 MiB as float32 RGB: a run needs 48 MiB
+    monkeypatch.setenv(AVAILABLE_RAM_ENV, str(40 * 2**20))
+    with pytest.raises(FillScopeInputError) as e:
+        check_room_for_image(image)
+    assert str(e.value).startswith(f"[FillScope] input 'image': is 2048x1024: 0.02 GiB as float32 RGB, and a tiled run holds "
+                                   f"{WHOLE_IMAGE_COPIES} more copies of it (the tiles' blend and the result), 0.05 GiB "
+                                   "of CPU memory (RAM); only 0.04 GiB is available")
+    monkeypatch.setenv(AVAILABLE_RAM_ENV, str(64 * 2**20))
+    check_room_for_image(image)  # 48 MiB of 64: room enough
+    check_room_for_image(torch.empty(1, 16384, 16384, 3, device="meta"))  # a meta image holds no memory

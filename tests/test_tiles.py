@@ -65,7 +65,7 @@ def test_only_tiles_meeting_the_mask_grown_by_the_overlap_are_kept():
 
 @pytest.mark.parametrize("kw,name,says", [
     ({"tile": 128}, "tile", "below the range 256 to 4096"), ({"tile": 8192}, "tile", "above the range"),
-    ({"tile": 1000}, "tile", "not a multiple of 16"), ({"tile": 1024.0}, "tile", "whole number"),
+    ({"tile": 1000}, "tile", "not a multiple of 16"), ({"tile": 1024.5}, "tile", "whole number"),
     ({"overlap": 0.6}, "overlap", "above the range 0 to 0.5"), ({"overlap": math.nan}, "overlap", "finite"),
     ({"overlap": -0.1}, "overlap", "below")])
 def test_tile_and_overlap_out_of_bounds_are_refused_naming_the_input(kw, name, says):

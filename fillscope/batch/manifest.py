@@ -31,7 +31,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..bounds import MASK, SAMPLERS, SEED, STEPS, TILED, number_problem, path_problem, text_problem
+from ..bounds import MASK, SAMPLERS, SEED, STEPS, TILED, number_problem, path_problem, text_problem, whole_value
 from ..compositing.removal import MASKED_FILLS
 from ..errors import FillScopeInputError
 from ..masks import SIZE_MODES, prepare_image_and_mask
@@ -170,8 +170,9 @@ def _type_problem(name: str, value, default) -> str | None:
         return None if isinstance(value, str) and value else "must be an image path"
     if isinstance(default, bool):
         return None if isinstance(value, bool) else "must be true or false"
-    if isinstance(default, int):
-        return None if isinstance(value, int) and not isinstance(value, bool) else "must be a whole number"
+    if isinstance(default, int):  # an integral float (8.0) is a whole number (bounds.number_problem)
+        whole = isinstance(value, int) or isinstance(value, float) and value.is_integer()
+        return None if whole and not isinstance(value, bool) else "must be a whole number"
     if isinstance(default, float) or default is None:
         ok = isinstance(value, (int, float)) and not isinstance(value, bool) or (default is None and value is None)
         return None if ok else "must be a number"
@@ -283,6 +284,7 @@ def _tiles(family: str, value, add) -> dict | None:
         return None
     if isinstance(tiles["overlap"], int):
         tiles["overlap"] = float(tiles["overlap"])
+    tiles["tile"] = whole_value(tiles["tile"])  # 1024.0 -> 1024: the tiles are planned in whole pixels
     return tiles
 
 
@@ -328,7 +330,8 @@ def job_from_line(obj: dict, line: int = 0, base: Path | str = ".") -> tuple[Job
     if obj.get("dtype", DTYPES[0]) not in DTYPES:
         add("dtype", f"is {_shown(obj['dtype'])}.", f"use one of {', '.join(DTYPES)}.")
     job = Job(id=job_id, family=family or str(obj.get("family")), line=obj, line_number=line,
-              prompt=obj.get("prompt", ""), seed=obj.get("seed", 0), steps=obj.get("steps", 1),
+              prompt=obj.get("prompt", ""), seed=whole_value(obj.get("seed", 0)),
+              steps=whole_value(obj.get("steps", 1)),
               dtype=obj.get("dtype", "bf16"), negative=obj.get("negative"))
     if isinstance(obj.get("image"), str) and obj["image"]:
         job.image = resolve_path(obj["image"], base)
@@ -347,7 +350,7 @@ def job_from_line(obj: dict, line: int = 0, base: Path | str = ".") -> tuple[Job
             add("parallel", f"is {json.dumps(obj['parallel'])}; {family} runs one image on {degrees} ranks.",
                 f"use one of {', '.join(map(str, allowed))} (1: one process).")
         else:
-            job.parallel = obj["parallel"]
+            job.parallel = whole_value(obj["parallel"])
     if "models" in obj:
         job.models = _models(family, obj["models"], base, add)
     if "tokenizers" in obj:
@@ -377,6 +380,8 @@ def job_from_line(obj: dict, line: int = 0, base: Path | str = ".") -> tuple[Job
             value = resolve_path(value, base)
         elif isinstance(options[name], float) and isinstance(value, int):
             value = float(value)  # 30 where the default is 30.0: the node would pass a float
+        elif isinstance(options[name], int) and not isinstance(options[name], bool):
+            value = whole_value(value)  # 8.0 where the default is 8: the node would pass an int
         job.options[name] = value
     if "tiles" in obj:
         job.tiles = _tiles(family, obj["tiles"], add)

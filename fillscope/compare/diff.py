@@ -6,7 +6,9 @@ relative error is at most `tolerance`. On the meta device (no values) only shape
 so. The first divergence is the first boundary in A's order over the tolerance (or of another shape); the first step
 and the first block are the first `step[i].*` and `transformer.call[k].<block>` boundaries over it. The images (the
 runs' final IMAGEs, given separately: the capture holds the model-space decode) get PSNR and SSIM inside and outside
-the mask, and a difference heat map.
+the mask, and a difference heat map. Runs whose shared boundaries agree can still differ: a boundary only one run
+passed (one skipped its sampling) leaves no row to compare, so the final images are lined up too (their relative
+error against the same tolerance, `image_differs`); `differs` is either, and the headline names which.
 """
 
 from __future__ import annotations
@@ -41,8 +43,19 @@ class Comparison:
     first_divergence: str | None = None
     first_step: int | None = None
     first_block: str | None = None
-    image: dict = field(default_factory=dict)  # metrics.image_difference of the final IMAGEs
+    image: dict = field(default_factory=dict)  # metrics.image_difference of the final IMAGEs, and their rel_err
     notes: list = field(default_factory=list)
+
+    @property
+    def image_differs(self) -> bool:
+        """The final images' relative error is over the tolerance (or not finite)."""
+        rel = self.image.get("rel_err")
+        return rel is not None and not rel <= self.tolerance
+
+    @property
+    def differs(self) -> bool:
+        """The runs differ beyond the tolerance: at a shared boundary, or in their final images."""
+        return self.first_divergence is not None or self.image_differs
 
     @property
     def compared(self) -> list:
@@ -53,14 +66,24 @@ class Comparison:
         if self.shapes_only:
             changed = sum(r.status == "shapes differ" for r in self.rows)
             return f"shapes only (meta): {changed} of {len(self.compared)} shared boundaries change shape"
-        where = (f"first divergence: {self.first_divergence}" if self.first_divergence
-                 else f"no boundary over {self.tolerance:g}")
+        if self.first_divergence:
+            where = f"first divergence: {self.first_divergence}"
+        elif self.image_differs:
+            one_side = sum(r.status in ("only A", "only B") for r in self.rows)
+            where = (f"the images differ (rel err {self.image['rel_err']:.3g} > {self.tolerance:g}) though no shared "
+                     f"boundary is over {self.tolerance:g}" + (f"; {one_side} boundaries were passed by one run only"
+                                                               if one_side else ""))
+        else:
+            where = f"no boundary over {self.tolerance:g}"
         psnr = self.image.get("psnr_inside", self.image.get("psnr_all"))
-        return where + ("" if psnr is None else f"; image PSNR {'inside the mask ' if 'psnr_inside' in self.image else ''}"
-                        f"{_db(psnr)}")
+        if psnr is None:
+            return where
+        outside = self.image.get("psnr_outside")
+        return (where + f"; image PSNR {'inside the mask ' if 'psnr_inside' in self.image else ''}{_db(psnr)}"
+                + ("" if outside is None else f", outside {_db(outside)}"))
 
     def as_dict(self) -> dict:
-        return {"tolerance": self.tolerance, "shapes_only": self.shapes_only,
+        return {"tolerance": self.tolerance, "shapes_only": self.shapes_only, "differs": self.differs,
                 "first_divergence": self.first_divergence, "first_step": self.first_step,
                 "first_block": self.first_block, "headline": self.headline(),
                 "image": {k: _json_number(v) for k, v in self.image.items()}, "notes": list(self.notes),
@@ -110,6 +133,7 @@ def compare_captures(a, b, *, tolerance: float = 1e-4, image_a=None, image_b=Non
     elif image_a is not None and image_b is not None:
         if tuple(image_a.shape) == tuple(image_b.shape):
             out.image = image_difference(image_a, image_b, mask)
+            out.image["rel_err"] = tensor_difference(image_a, image_b)["rel_err"]
         else:
             out.notes.append(f"the images differ in size ({list(image_a.shape)} vs {list(image_b.shape)}): no PSNR")
     return out

@@ -115,8 +115,10 @@ def _headline(c: dict) -> Markup:
         zh = f"仅形状（meta）：{shared} 个共有边界中有 {changed} 个形状改变"
     else:
         image = c.get("image", {})
+        rel = _number(image.get("rel_err"))
         zh = (f"首个分歧：{c['first_divergence']}" if c.get("first_divergence")
-              else f"没有边界的相对误差超过 {c.get('tolerance', 0):g}")
+              else f"图像不同（相对误差 {rel:.3g} > {c.get('tolerance', 0):g}），但没有共有边界超过容差"
+              if c.get("differs") and rel is not None else f"没有边界的相对误差超过 {c.get('tolerance', 0):g}")
         inside = "psnr_inside" in image
         psnr = image.get("psnr_inside", image.get("psnr_all"))
         if psnr is not None:

@@ -89,18 +89,38 @@ def _run(pipeline, family, stack, prompt, prepared, steps, seed, implementation,
     return pipeline.run(stack, prompt, prepared, steps=steps, seed=seed, observe=capture, **run_kw).image
 
 
-def run_spec(spec, *, device: str = "auto", cache: dict | None = None) -> RunResult:
-    """A RunSpec (a batch job plus how to run it) on its stack (loaded, or the cache's when A's is the same)."""
+def prepare_spec(spec):
+    """The spec's image and mask as the run reads them (masks.prepare_image_and_mask with the job's mask options)."""
     from ..batch.images import load_image, load_mask
     from ..batch.manifest import mask_options
-    from ..batch.runner import family_options
     from ..masks import prepare_image_and_mask
 
     job = spec.job
     image, _ = load_image(job.image)
     mask = load_mask(job.mask, job.image)
     mask_kw = {engine: job.options[name] for name, (engine, _) in mask_options().items() if name in job.options}
-    prepared = prepare_image_and_mask(image, mask, **mask_kw)
+    return prepare_image_and_mask(image, mask, **mask_kw)
+
+
+def require_mask(prepared, input_name: str, fix: str) -> None:
+    """A comparison's mask repaints something: with an empty mask FillScope's samplers skip sampling and return the
+    source (a node warns: nodes/common.py) while diffusers' pipeline samples anyway, so the two runs would do two
+    different jobs and every shared boundary would still agree. Refused before any model loads."""
+    if prepared.coverage == 0.0:
+        from ..errors import FillScopeInputError
+
+        raise FillScopeInputError(input_name, "is empty (after threshold and grow): there is nothing to repaint, so "
+                                              "FillScope's run returns the source unchanged without sampling, and the "
+                                              "comparison would measure that, not the two runs.", fix)
+
+
+def run_spec(spec, *, device: str = "auto", cache: dict | None = None, prepared=None) -> RunResult:
+    """A RunSpec (a batch job plus how to run it) on its stack (loaded, or the cache's when A's is the same);
+    `prepared`: its image and mask, prepared already (prepare_spec)."""
+    from ..batch.runner import family_options
+
+    job = spec.job
+    prepared = prepare_spec(spec) if prepared is None else prepared
     stack, facts = _stack_for(spec, device, {} if cache is None else cache)
     run_kw = family_options(job)
     if spec.memory:
@@ -115,13 +135,22 @@ def run_spec(spec, *, device: str = "auto", cache: dict | None = None) -> RunRes
 
 
 def run_compare(spec_a, spec_b, *, tolerance: float = 1e-4, device: str = "auto"):
-    """(Comparison, RunResult A, RunResult B)."""
+    """(Comparison, RunResult A, RunResult B). Before any model loads: every path of both runs exists
+    (spec.check_spec_paths) and both masks repaint something (require_mask)."""
     from .diff import compare_captures
+    from .spec import check_spec_paths
 
+    check_spec_paths(spec_a, spec_b)
+    prepared = {}
+    for spec in (spec_a, spec_b):
+        prepared[spec.label] = prepare_spec(spec)
+        require_mask(prepared[spec.label], f"{spec.label}.mask",
+                     "paint the area to repaint white in the mask; if it is painted, check invert_mask and "
+                     "threshold.")
     cache: dict = {}
     spec_a.blocks = spec_b.blocks = spec_a.blocks or spec_b.blocks  # block rows on one side only would compare nothing
-    a = run_spec(spec_a, device=device, cache=cache)
-    b = run_spec(spec_b, device=device, cache=cache)
+    a = run_spec(spec_a, device=device, cache=cache, prepared=prepared[spec_a.label])
+    b = run_spec(spec_b, device=device, cache=cache, prepared=prepared[spec_b.label])
     comparison = compare_captures(a.capture, b.capture, tolerance=tolerance, image_a=a.image, image_b=b.image,
                                   mask=a.mask)
     return comparison, a, b

@@ -62,29 +62,54 @@ class RunSpec:
                 "step_cache": self.job.options.get("step_cache", "off")}
 
 
+JSON_TYPES = {"list": "an array", "str": "a string", "int": "a number", "float": "a number", "bool": "true or false",
+              "NoneType": "null"}
+
+
 def read_spec_text(text: str, name: str) -> tuple[dict, Path]:
-    """A spec given on the command line: a JSON object inline (it starts with '{') or a JSON file's path ->
-    (the object, the folder its relative paths are read from)."""
-    if text.lstrip().startswith("{"):
-        raw, base = text, Path(".")
+    """A spec given on the command line: inline JSON (it starts with '{' or '[', or it is JSON and no file has that
+    name) or a JSON file's path -> (the object, the folder its relative paths are read from). Nested deeper than a
+    batch job line may be (manifest.MAX_LINE_DEPTH, counted before the JSON is read) or not an object: refused."""
+    from ..batch.manifest import MAX_LINE_DEPTH
+    from ..trace.records import json_depth
+
+    stripped = text.strip()
+    inline = stripped[:1] in ("{", "[") or _is_json(stripped) and not Path(text).exists()
+    if inline:
+        raw, base, where = text, Path("."), "inline JSON"
     else:
         path = Path(text)
         try:
             raw = path.read_text(encoding="utf-8")
-        except OSError as e:
-            raise FillScopeInputError(name, f"cannot be read: {e.strerror or e} ({path}).",
+        except (OSError, UnicodeDecodeError) as e:
+            raise FillScopeInputError(name, f"cannot be read: {getattr(e, 'strerror', None) or e} ({path}).",
                                       "give a JSON file's path or a JSON object such as '{\"dtype\": \"bf16\"}'.")
-        base = path.parent
+        base, where = path.parent, f"the file {path}"
+    depth = json_depth(raw)
+    if depth > MAX_LINE_DEPTH:  # json.loads recurses: refused before it runs, as a manifest line is
+        raise FillScopeInputError(name, f"({where}) nests {depth} levels deep; a spec, like a batch job line, nests at "
+                                        f"most {MAX_LINE_DEPTH}.",
+                                  "write the run as one flat JSON object (models and tokenizers are one level deeper).")
     try:
         obj = json.loads(raw)
     except json.JSONDecodeError as e:
-        raise FillScopeInputError(name, f"is not JSON: {e.msg} at line {e.lineno} column {e.colno}.",
+        raise FillScopeInputError(name, f"({where}) is not JSON: {e.msg} at line {e.lineno} column {e.colno}.",
                                   "write the run as one JSON object (docs/batches.md's job fields plus "
                                   "implementation, storage, attention, blocks).") from None
     if not isinstance(obj, dict):
-        raise FillScopeInputError(name, f"is a JSON {type(obj).__name__}, not an object.",
-                                  "write the run as one JSON object.")
+        raise FillScopeInputError(name, f"({where}) is JSON but {JSON_TYPES.get(type(obj).__name__, 'a value')}, "
+                                        "not an object.",
+                                  "write the run as one JSON object, e.g. '{\"dtype\": \"bf16\"}' ('{}': A as it is).")
     return obj, base
+
+
+def _is_json(text: str) -> bool:
+    """Whether `text` is a JSON value (a number, a string, true, false, null) rather than a file name."""
+    try:
+        json.loads(text)
+    except (ValueError, RecursionError):
+        return False
+    return True
 
 
 def _run_fields(obj: dict, name: str) -> dict:
@@ -145,6 +170,27 @@ def specs_from(a_obj: dict, b_obj: dict, base_a: Path = Path("."), base_b: Path 
                                       "leave tiles and parallel out of a compare spec.")
         specs.append(RunSpec(label, job, line=obj, **_run_fields(obj, label)))
     return tuple(specs)
+
+
+def check_spec_paths(*specs) -> None:
+    """Every file and folder the runs read (image, mask, soft_mask, reference, each component's model source, each
+    tokenizer folder: batch.manifest.job_paths) exists, checked for both runs before any model loads; else one error
+    naming the first missing path's spec field (`B.models`) and listing every missing path."""
+    from ..batch.manifest import job_paths
+
+    missing = [(spec.label, field, path) for spec in specs for field, path in job_paths(spec.job)
+               if not Path(path).exists()]
+    if not missing:
+        return
+    label, field, _ = missing[0]
+    shown = "; ".join(f"{lab}.{f.replace('models.', 'models ').replace('tokenizers.', 'tokenizers ')} '{p}'"
+                      for lab, f, p in missing)
+    what = "model sources (a diffusers folder, a .safetensors file, meta or placeholder)" \
+        if field.startswith("models") else "files and folders"
+    raise FillScopeInputError(f"{label}.{field.split('.')[0]}",
+                              f"names what does not exist: {shown}. Nothing has loaded (both runs are checked first).",
+                              f"give existing {what}; relative paths are read from the spec file's folder (inline "
+                              "JSON: the current folder), and a field B leaves out is A's.")
 
 
 def _all_meta(models) -> bool:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from ..bounds import CROP, number_problem
+from ..bounds import CROP, number_problem, whole_value
 from ..errors import FillScopeInputError
 from ..pixels import as_mask, as_rgb, require_finite
 from .crop_boxes import CropSize, bbox_of, crop_size, cut_box, fit_box, parse_colour, union, wanted_size  # noqa: F401
@@ -248,6 +248,10 @@ def crop_for_inpaint(image, mask, *, context_mask=None, context_factor: float = 
     _check_tensor("mask", mask, "MASK")
     if context_mask is not None:
         _check_tensor("context_mask", context_mask, "MASK")
+    # whole numbers may come as integral floats (1024.0; bounds.number_problem): the ints they are from here on
+    padding, target_long_side, multiple, min_area, merge_distance, max_crops, grow, blend_outside, width, height, \
+        min_side, max_side = map(whole_value, (padding, target_long_side, multiple, min_area, merge_distance,
+                                               max_crops, grow, blend_outside, width, height, min_side, max_side))
     if not (isinstance(context_factor, (int, float)) and math.isfinite(context_factor) and 1.0 <= context_factor <= 100):
         raise FillScopeInputError("context_factor", f"is {context_factor!r}; it must be a number from 1 to 100.",
                                   "set context_factor to 1 (the mask's box only) or more (1.5: half as much again).")

@@ -61,7 +61,7 @@ class CropSize:
     fill_colour: tuple = (0.5, 0.5, 0.5)
 
     def check(self) -> None:
-        from ..bounds import CROP, Range
+        from ..bounds import CROP
 
         _choice("size_mode", self.mode, SIZE_MODES)
         _choice("past_edge", self.past_edge, PAST_EDGE)
@@ -69,7 +69,12 @@ class CropSize:
         used = {"long side": ("target",), "square": ("target",), "fixed": ("width", "height")}.get(self.mode, ())
         for name in used:  # only what the mode uses: a fixed size's width says nothing about a long side
             value = getattr(self, name)
-            _whole(name, value, Range(self.multiple, CROP.get(name, CROP["width"]).max))
+            _whole(name, value, CROP[name])  # the node input's own range (target 64-4096, width / height 16-8192)
+            if value < self.multiple:  # no side can be a multiple of it: `multiple` is what is too large
+                larger = (f", or {name} to {self.multiple} or more" if self.multiple <= CROP[name].max else "")
+                raise FillScopeInputError("multiple", f"is {self.multiple}, larger than {name} ({value}): every crop "
+                                                      f"side is a multiple of it, so {name} cannot be one.",
+                                          f"set multiple to at most {value} (16: one FLUX / klein token){larger}.")
             if value % self.multiple:
                 raise FillScopeInputError(name, f"is {value}; it must be a multiple of {self.multiple} (multiple).",
                                           f"set {name} to {value // self.multiple * self.multiple} or "

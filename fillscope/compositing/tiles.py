@@ -92,6 +92,7 @@ def plan_tiles(height: int, width: int, *, tile: int = 1024, overlap: float = 0.
     batch): keep only the tiles that intersect it grown by `grow` px (default: the overlap, ceil(overlap x tile)),
     so a repaint pixel near a tile's edge is also sampled by the neighbour that sees it from the inside."""
     check_tile_settings(tile, overlap, multiple=multiple, tile_range=tile_range)
+    tile = bounds.whole_value(tile)  # 1024.0 (accepted as whole) -> 1024: boxes are whole pixels
     for name, side in (("height", height), ("width", width)):
         if isinstance(side, bool) or not isinstance(side, int) or side < multiple:
             raise FillScopeInputError(name, f"is {side!r}; the smallest image side is {multiple} px (one token).",
@@ -161,18 +162,25 @@ def ramp_weights(tiles: list, height: int, width: int) -> list:
     import torch
 
     raw = []
-    total = torch.zeros(height, width, dtype=torch.float64)
+    ox, oy, ex, ey = union_box(tiles) if tiles else (0, 0, 0, 0)  # the sums over the tiles' extent, not the image's
+    total = torch.zeros(ey - oy, ex - ox, dtype=torch.float64)
     for t in tiles:
         others = _overlapping(t, tiles)
         w = _ramps(t, others, 1)[:, None] * _ramps(t, others, 0)[None, :]
         x0, y0, x1, y1 = t.box
-        total[y0:y1, x0:x1] += w
+        total[y0 - oy:y1 - oy, x0 - ox:x1 - ox] += w
         raw.append(w)
     out = []
     for t, w in zip(tiles, raw):
         x0, y0, x1, y1 = t.box
-        out.append((w / total[y0:y1, x0:x1]).float())
+        out.append((w / total[y0 - oy:y1 - oy, x0 - ox:x1 - ox]).float())
     return out
+
+
+def union_box(tiles: list) -> tuple[int, int, int, int]:
+    """(x0, y0, x1, y1): the smallest box holding every tile's."""
+    return (min(t.box[0] for t in tiles), min(t.box[1] for t in tiles), max(t.box[2] for t in tiles),
+            max(t.box[3] for t in tiles))
 
 
 def blend_tiles(source, tiles: list, images: list, weights: list):
@@ -190,6 +198,35 @@ def blend_tiles(source, tiles: list, images: list, weights: list):
         out[:, y0:y1, x0:x1] += image.float().cpu() * w[None, :, :, None]
         covered[y0:y1, x0:x1] = True
     return torch.where(covered[None, :, :, None], out, source.float().cpu())
+
+
+def blend_and_paste(source, tiles: list, images: list, weights: list, paste_mask, rows: int = 256):
+    """blend_tiles then masks.paste_back, bit for bit, with the memory of one whole image: the result starts as a
+    copy of `source` [B,H,W,3] (float32, CPU), the tiles are summed over their union box only, and the paste's
+    arithmetic runs over `rows` rows at a time; `paste_mask` [B,H,W,1] is 0 outside every tile."""
+    import torch
+
+    out = source.float().cpu().clone()
+    if not tiles:
+        return out
+    ox, oy, ex, ey = union_box(tiles)
+    acc = torch.zeros((source.shape[0], ey - oy, ex - ox, source.shape[3]), dtype=torch.float32)
+    covered = torch.zeros(ey - oy, ex - ox, dtype=torch.bool)
+    for t, image, w in zip(tiles, images, weights):
+        x0, y0, x1, y1 = t.box
+        if tuple(image.shape[1:3]) != (y1 - y0, x1 - x0):
+            raise FillScopeInputError("images", f"tile {t.index}'s image is {image.shape[2]}x{image.shape[1]} for a "
+                                                f"{x1 - x0}x{y1 - y0} box.", "give each tile's image at its box size.")
+        acc[:, y0 - oy:y1 - oy, x0 - ox:x1 - ox] += image.float().cpu() * w[None, :, :, None]
+        covered[y0 - oy:y1 - oy, x0 - ox:x1 - ox] = True
+    for top in range(0, ey - oy, rows):
+        band = slice(oy + top, min(ey, oy + top + rows))
+        src = out[:, band, ox:ex]
+        blended = torch.where(covered[top:top + rows][None, :, :, None], acc[:, top:top + rows], src)
+        m = paste_mask[:, band, ox:ex].to(torch.float32)
+        mixed = src * (1.0 - m) + blended * m
+        out[:, band, ox:ex] = torch.where(m == 0, src, mixed)
+    return out
 
 
 def seam_bands(tiles: list, height: int, width: int, band: int):

@@ -36,6 +36,39 @@ SHARED = {
 }
 
 
+# whole-image copies a tiled run holds at its peak beside its input: the result and the tiles' blend over their extent
+# (and the masks, a third of an image each); bench/bench_image_copies.py measured 1.71 at 8192x8192 (tiny FLUX Fill,
+# CPU, 2026-12-07; bench/RESULTS.md)
+WHOLE_IMAGE_COPIES = 2
+
+
+def check_room_for_image(image, input_name: str = "image") -> None:
+    """Refuse, before anything is prepared, an image whose tiled run would need more of the host's memory than is
+    available (fillscope.models.available_memory, MEMORY_MARGIN of it): its size, the memory it needs and what is
+    free, and the fix. A meta or non-tensor image passes."""
+    import torch
+
+    from ..models import MEMORY_MARGIN, available_memory
+
+    if not isinstance(image, torch.Tensor) or image.device.type == "meta" or image.dim() < 3:
+        return
+    batch, height, width = (1, *image.shape[:2]) if image.dim() == 3 else image.shape[:3]
+    one = batch * height * width * 3 * 4  # float32 RGB
+    need = WHOLE_IMAGE_COPIES * one
+    available, where = available_memory("cpu")
+    if available is None or need <= MEMORY_MARGIN * available:
+        return
+    gib = 2**30
+    shown = f"{width}x{height}" + (f" (a batch of {batch})" if batch > 1 else "")
+    raise FillScopeInputError(
+        input_name,
+        f"is {shown}: {one / gib:.2f} GiB as float32 RGB, and a tiled run holds {WHOLE_IMAGE_COPIES} more copies of it "
+        f"(the tiles' blend and the result), {need / gib:.2f} GiB of {where}; only {available / gib:.2f} GiB is "
+        f"available (FillScope keeps {1 - MEMORY_MARGIN:.0%} free), so the run did not start.",
+        "scale the image down (ImageScale), or crop the part to repaint first (Crop For Inpaint, then Paste Back), or "
+        "free memory (close other programs, unload other models).")
+
+
 def _pipeline(family: str):
     if family not in FAMILIES:
         raise FillScopeInputError("family", f"{family!r} is no family tiled sampling runs.",
@@ -79,6 +112,7 @@ def run_tiled(family: str, stack: dict, prompt: str, image, mask, *, tile: int, 
         raise FillScopeInputError("mode", f"'shared' is not built for {family} yet (issue 23).",
                                   "use mode 'independent' for this family.")
     check_tile_settings(tile, overlap, tile_range=tile_range)  # before the whole image is prepared
+    check_room_for_image(image)
     options = dict(mask_options or {})
     unknown = sorted(set(options) - set(MASK_OPTIONS))
     if unknown:
@@ -100,4 +134,4 @@ def run_tiled(family: str, stack: dict, prompt: str, image, mask, *, tile: int, 
                            poisson=poisson, **family_kwargs)
 
 
-__all__ = ["MODES", "FAMILIES", "Tile", "TiledResult", "run_tiled", "token_windows", "windowed_flux_denoiser"]
+__all__ = ["MODES", "FAMILIES", "Tile", "TiledResult", "check_room_for_image", "run_tiled", "token_windows", "windowed_flux_denoiser"]

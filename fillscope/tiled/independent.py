@@ -23,7 +23,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from ..compositing.tiles import Tile, blend_tiles, check_tile_settings, plan_tiles, ramp_weights
+from ..compositing.tiles import Tile, blend_and_paste, blend_tiles, check_tile_settings, plan_tiles, ramp_weights
 from ..errors import FillScopeInputError
 from ..masks import paste_back, prepare_image_and_mask
 from .result import TiledResult, transformer_tokens
@@ -88,7 +88,7 @@ def plan_independent(image, mask, *, tile: int, overlap: float, options: dict | 
     options = dict(options or {})
     threshold = options.get("threshold", 0.5)
     masked_fill = options.pop("masked_fill", "none")
-    whole = prepare_image_and_mask(image, mask, size_mode="pad", **options)
+    whole = prepare_image_and_mask(image, mask, size_mode="pad", model_image=False, **options)  # tiles crop `source`
     source = whole.source
     _, height, width, _ = source.shape
     repaint = whole.mask[:, 0, :height, :width]  # [B,H,W]
@@ -142,9 +142,12 @@ def blend_planned(plan: TilePlan, outputs: list, *, poisson: bool = False) -> Ti
     _, height, width, _ = plan.source.shape
     images = [by_index[t.index].image for t in plan.tiles]
     weights = ramp_weights(plan.tiles, height, width)
-    blended = blend_tiles(plan.source, plan.tiles, images, weights)
     notes = list(plan.notes)
-    if poisson and len(plan.tiles) > 1:
+    if not (poisson and len(plan.tiles) > 1):  # the blend and the paste-back in one copy of the image
+        return TiledResult(blend_and_paste(plan.source, plan.tiles, images, weights, plan.paste_mask), plan.tiles,
+                           [by_index[t.index].record for t in plan.tiles], notes, plan.warnings)
+    blended = blend_tiles(plan.source, plan.tiles, images, weights)
+    if poisson:
         from ..compositing.tile_seams import poisson_seams
 
         started = time.perf_counter()
