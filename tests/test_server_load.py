@@ -121,13 +121,13 @@ def test_free_releases_fillscope_models(server, fat_folder):
     loaded = memory_mib(server)
     grew = loaded["VmRSS"] - before["VmRSS"]
     assert grew > 0.75 * FAT_MIB, f"the fat T5 ({FAT_MIB:.0f} MiB bf16) did not show in RSS: {before} -> {loaded}"
-    # the embedding's 62.75 MiB is one allocation, so one mapping of its own (measured 68.75 MiB with what the
-    # kernel merged beside it, 2026-12-07)
-    # (another new mapping of that size or more, an allocator arena or a transient buffer, is not the model's: CI
-    # saw one stay after /free beside the embedding's, which went)
-    embedding = {a: mib for a, mib in large_anonymous_mappings(server, FAT_MIB).items()
-                 if a not in maps_before and mib < FAT_MIB + 8}
-    assert embedding, f"no new anonymous mapping of {FAT_MIB:.2f} MiB or more holds the fat T5's embedding"
+    # the embedding's 62.75 MiB is one allocation, so a mapping of its own (measured 68.75 MiB with what the kernel
+    # merged beside it, 2026-12-07); the kernel may merge it with an anonymous mapping next to it (a new start
+    # address, a larger size), and an allocator arena or a transient buffer of that size may come and stay (CI saw
+    # both): the new mappings are held to what they free, not to their addresses alone
+    embedding = {a: mib for a, mib in large_anonymous_mappings(server, FAT_MIB).items() if a not in maps_before}
+    assert sum(embedding.values()) >= FAT_MIB, \
+        f"no new anonymous mapping of {FAT_MIB:.2f} MiB or more holds the fat T5's embedding"
 
     # "Unload models" alone: ComfyUI's model manager does not know FillScope's models; they stay cached
     free_when_idle(server, unload_models=True, free_memory=False)
@@ -139,8 +139,12 @@ def test_free_releases_fillscope_models(server, fat_folder):
     # "Free model and node cache": the executor's caches are dropped, FillScope's models with them
     assert embedding.keys() <= large_anonymous_mappings(server, FAT_MIB).keys()  # still mapped while cached
     free_when_idle(server)
+    def released() -> float:  # MiB of the new mappings gone since the model loaded
+        now = large_anonymous_mappings(server, 1)
+        return sum(mib - now.get(a, 0.0) for a, mib in embedding.items())
+
     deadline = time.monotonic() + 10
-    while embedding.keys() & large_anonymous_mappings(server, FAT_MIB).keys() and time.monotonic() < deadline:
+    while released() < 0.75 * FAT_MIB and time.monotonic() < deadline:
         time.sleep(0.25)
     freed = memory_mib(server)
     print(f"\n/free: {before} -> fat T5 loaded {loaded} -> unload_models only {unloaded} -> free_memory {freed}; "
@@ -148,8 +152,8 @@ def test_free_releases_fillscope_models(server, fat_folder):
     # the model's tensors go back to the OS; RSS as a whole is no measure of that here: the loader's transient
     # allocations stay with the allocator's heap, and in the session's shared server the drop of the 63 MiB ranged
     # from 35.8 to 55 MiB (2026-12-07) with the embedding's mapping gone every time
-    assert not embedding.keys() & large_anonymous_mappings(server, FAT_MIB).keys(), \
-        "FillScope's fat T5 stayed resident after /free: its embedding's mapping is still there"
+    assert released() >= 0.75 * FAT_MIB, \
+        f"FillScope's fat T5 stayed resident after /free: of the new mappings {embedding} {released():.1f} MiB went"
     entry = server.run(tiny_prompt(seed=3))
     assert entry["status"]["status_str"] == "success"
     assert not (cached_nodes(entry) & loader_ids(tiny_prompt(3)))  # every loader ran again: nothing was kept
