@@ -41,7 +41,7 @@ class FluxFillCondition(FillScopeNode):
 
     @classmethod
     def prepare(cls, rec, vae, **mask_options):
-        return {"vae": as_fillscope_vae(vae, "flux"), "prepared": c.prepare_masked_input(rec, **mask_options)}
+        return {"vae": as_fillscope_vae(vae, "flux", rec=rec), "prepared": c.prepare_masked_input(rec, **mask_options)}
 
     @classmethod
     def run(cls, rec, vae, prepared):

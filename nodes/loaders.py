@@ -251,6 +251,15 @@ class LoadVAE(_Loader):
             rec.fact("latent format", f"{describe_widths(comp)}, BatchNorm-normalised")
         else:
             rec.fact("latent format", f"{fmt.channels} ch, z = (mean - {fmt.shift}) * {fmt.scale}")
+            from .wire_warnings import family_by_name
+
+            name = str(comp.source).replace("\\", "/").rstrip("/").rsplit("/", 1)[-1]  # the file's or folder's own name
+            told = family_by_name(name) if comp.kind in ("flux_vae", "sd3_vae") else None
+            chosen = {"flux_vae": "FLUX.1", "sd3_vae": "SD3"}.get(comp.kind)
+            if told and told[0] in ("FLUX.1", "SD3") and told[0] != chosen:  # same shapes: the name is all there is
+                rec.warn(f"kind {comp.kind.removesuffix('_vae')}, but this VAE looks like {told[0]}'s ({told[1]}); the "
+                         f"two have the same shapes, so the latents take {chosen}'s scale and shift as kind says: if it "
+                         f"is {told[0]}'s, set kind {'flux' if told[0] == 'FLUX.1' else 'sd3'}")
 
 
 class LoadCLIPG(_Loader):

@@ -154,9 +154,19 @@ def vae_input(inp):
     return io.MultiType.Input(inp, types=[c.Vae, io.Vae])
 
 
-def as_fillscope_vae(value, family: str, input_name: str = "vae"):
-    """`value` as a FillScope VAE component: FillScope's own as is, ComfyUI's wrapped for `family`."""
-    return value if isinstance(value, Component) else fillscope_vae(value, family, input_name)
+def as_fillscope_vae(value, family: str, input_name: str = "vae", rec=None):
+    """`value` as a FillScope VAE component: FillScope's own as is, ComfyUI's wrapped for `family`; with `rec`, what
+    was assumed of ComfyUI's VAE goes on the record."""
+    if isinstance(value, Component):
+        return value
+    comp = fillscope_vae(value, family, input_name)
+    if rec is not None and family in FORMATS:
+        fmt = FORMATS[family]
+        rec.note(f"{input_name}: ComfyUI's VAE object does not say whose 16-channel VAE it is (FLUX.1's and SD3's have "
+                 f"the same shapes): taken as {family.upper()}'s, the family of this node (latent scale {fmt.scale}, "
+                 f"shift {fmt.shift}); the wire recorder warns on its wire when the graph shows it came with another "
+                 "family's model or file")
+    return comp
 
 
 VAE_TOOLTIP = ("FillScope's Load VAE, or ComfyUI's own VAE (Load VAE, a checkpoint's VAE) for FLUX.1 / SD3: its encode "

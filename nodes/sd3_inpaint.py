@@ -45,7 +45,7 @@ class SD3InpaintCondition(FillScopeNode):
         prepared = c.prepare_masked_input(rec, **mask_options)
         rec.fact("largest side (position-embedding grid)", sd3_side_limit().explain())
         check_image_size(prepared)  # before the VAE is placed
-        return {"vae": as_fillscope_vae(vae, "sd3"), "prepared": prepared}
+        return {"vae": as_fillscope_vae(vae, "sd3", rec=rec), "prepared": prepared}
 
     @classmethod
     def run(cls, rec, vae, prepared):

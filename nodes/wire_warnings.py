@@ -99,13 +99,20 @@ def vae_family(record: dict, prompt) -> tuple[str, str] | None:
     except Exception:  # noqa: BLE001
         return None
     for value in inputs.values():
-        if isinstance(value, str):
-            whole = WHOLE_NAMES.get(value.replace("\\", "/").rsplit("/", 1)[-1].lower())
-            if whole:
-                return whole, f"its file name '{value}' says so"
-            for hint, family in NAME_HINTS:
-                if hint in value.lower():
-                    return family, f"its file or folder name '{value}' says so"
+        if isinstance(value, str) and family_by_name(value):
+            return family_by_name(value)
+    return None
+
+
+def family_by_name(name: str) -> tuple[str, str] | None:
+    """(VAE family, how it was told) from a file or folder name (NAME_HINTS, WHOLE_NAMES); None where it says
+    nothing."""
+    whole = WHOLE_NAMES.get(name.replace("\\", "/").rsplit("/", 1)[-1].lower())
+    if whole:
+        return whole, f"its file name '{name}' says so"
+    for hint, family in NAME_HINTS:
+        if hint in name.lower():
+            return family, f"its file or folder name '{name}' says so"
     return None
 
 

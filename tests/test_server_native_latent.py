@@ -270,9 +270,30 @@ def test_comfyui_vae_into_fillscope_condition_and_decode(server, info):
         assert entry["status"]["status_str"] == "success"
         notes = entry["outputs"]["dec"]["fillscope_shapes"][0]["node"]["notes"]
         assert any(n.startswith("ComfyUI's VAE") for n in notes) == (vae == "tvae"), notes
+        # what was assumed of ComfyUI's VAE (FLUX.1's and SD3's have the same shapes) is on the condition's record
+        notes = entry["outputs"]["cond"]["fillscope_shapes"][0]["node"]["notes"]
+        assumed = [n for n in notes if n.startswith("vae: ComfyUI's VAE object does not say whose 16-channel VAE")]
+        assert bool(assumed) == (vae == "tvae"), notes
+        if assumed:
+            assert "taken as FLUX's, the family of this node (latent scale 0.3611, shift 0.1159)" in assumed[0]
     fs, comfy, comfy_n = saved(server, "nv_fs"), saved(server, "nv_comfy"), saved(server, "nv_comfy_n")
     assert (comfy["latent.samples"] - fs["latent.samples"]).abs().max() <= TOL
     assert (comfy["image"] - fs["image"]).abs().max() <= TOL
     assert (comfy_n["image"] - comfy["image"]).abs().max() <= TOL
     print("native VAE vs FillScope VAE: latent", float((comfy["latent.samples"] - fs["latent.samples"]).abs().max()),
           "image", float((comfy["image"] - fs["image"]).abs().max()))
+
+
+def test_a_flux_vae_file_loaded_with_kind_sd3_is_warned_of_on_its_record(server, info):
+    """Issue 35: ae.safetensors (the name FLUX.1's VAE is published under) loaded as SD3's: the same shapes, so the
+    weights cannot tell; the record warns that the latents take SD3's scale as kind says. Kind flux: no warning."""
+    for kind, warned in (("sd3", True), ("flux", False)):
+        g = {"vae": loader(info, "FillScopeLoadVAE", "vae/ae.safetensors", kind=kind),
+             "p": api_node(info, "PreviewAny", source=["vae", 1])}
+        entry = server.run(g, timeout=300)
+        warnings = entry["outputs"]["vae"]["fillscope_shapes"][0]["node"].get("warnings", [])
+        said = [w for w in warnings if "looks like FLUX.1's (its file name 'ae.safetensors' says so)" in w]
+        assert bool(said) == warned, warnings
+        if said:
+            assert said[0].endswith("so the latents take SD3's scale and shift as kind says: if it is FLUX.1's, set "
+                                    "kind flux")
