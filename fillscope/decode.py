@@ -87,16 +87,24 @@ def from_comfy_samples(samples, family: str):
     return (z - fmt.shift) * fmt.scale if (fmt.scale, fmt.shift) != (1.0, 0.0) else z
 
 
-def to_comfy_latent(latent: SampledLatent) -> dict:
+def to_comfy_latent(latent: SampledLatent, source_latents=None) -> dict:
     """A sampler's result as ComfyUI's LATENT: {"samples": [B,C,h,w] in ComfyUI's space (FLUX.1 / SD3: 16 channels at
     /8; klein: 128 at /16), "noise_mask": [B,1,H,W] the repaint mask on the model grid (the pixel-resolution mask
     ComfyUI's SetLatentNoiseMask / InpaintModelConditioning store; its samplers resize it to the latent), where the
-    condition had a mask}."""
+    condition had a mask}. With `source_latents` (the source's model latents, [B,C,h,w]) the samples are blended with
+    them by that mask resized to the latent as ComfyUI's samplers resize it (bilinear): outside the mask the source's
+    latent, as ComfyUI's KSampler with a noise_mask leaves it."""
     out = {"samples": to_comfy_samples(latent.latents, latent.family)}
     mask = getattr(latent.prepared, "mask", None)
     if mask is not None and getattr(mask, "dim", lambda: 0)() == 4:
         m = mask.detach().float()
         out["noise_mask"] = m if m.device.type == "meta" else m.cpu()
+        if source_latents is not None and tuple(source_latents.shape) == tuple(latent.latents.shape):
+            import torch.nn.functional as F
+
+            small = F.interpolate(out["noise_mask"], size=tuple(out["samples"].shape[-2:]), mode="bilinear")
+            source = to_comfy_samples(source_latents, latent.family)
+            out["samples"] = out["samples"] * small + source * (1.0 - small)
     return out
 
 

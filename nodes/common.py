@@ -56,6 +56,17 @@ NATIVE_LATENT_TOOLTIP = (
     "cropped), with the repaint mask as noise_mask. Last output, so the links of saved workflows keep their slots.")
 
 
+def output_linked(cls, slot: int) -> bool:
+    """Whether output `slot` of the running node is wired to another node in the prompt (V3 hidden prompt and
+    unique_id); True where the node cannot tell (a prompt without them)."""
+    prompt = getattr(getattr(cls, "hidden", None), "prompt", None)
+    me = getattr(getattr(cls, "hidden", None), "unique_id", None)
+    if not isinstance(prompt, dict) or me is None:
+        return True
+    return any(isinstance(v, list) and len(v) == 2 and str(v[0]) == str(me) and v[1] == slot
+               for node in prompt.values() if isinstance(node, dict) for v in (node.get("inputs") or {}).values())
+
+
 def native_latent_output():
     """The samplers' last output: the result as ComfyUI's LATENT (fillscope.decode.to_comfy_latent)."""
     return io.Latent.Output("native_latent", display_name="LATENT", tooltip=NATIVE_LATENT_TOOLTIP)

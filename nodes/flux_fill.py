@@ -87,6 +87,7 @@ class FluxFillSampler(FillScopeNode):
                 *c.step_cache_inputs(STEP_CACHES),
             ],
             outputs=[c.Latent.Output("latent", display_name="latent"), c.shapes_output(), c.native_latent_output()],
+            hidden=[io.Hidden.prompt, io.Hidden.unique_id],  # whether the LATENT output is wired (the source kept)
         )
 
     @classmethod
@@ -94,6 +95,11 @@ class FluxFillSampler(FillScopeNode):
         """Before the transformer is placed: the text's widths against it, which guidance is used, the soft mask."""
         native_model.require_one_denoiser(transformer, model, "FLUX Fill", "FLUX.1 Fill")
         if model is not None:
+            if "denoise_mask_function" in (getattr(model, "model_options", None) or {}):
+                rec.warn("the MODEL carries ComfyUI's DifferentialDiffusion patch (its denoise_mask_function), which "
+                         "this sampler does not apply: wire the soft mask to soft_mask instead (the same differential "
+                         "diffusion, FillScope's own)" if soft_mask is None else
+                         "the MODEL's DifferentialDiffusion patch is not applied; soft_mask does the same here")
             check_external_options("model", rest.get("step_cache") or "off")  # before the MODEL is placed
             rest["native"] = native_model.check_flux_fill_model(model, flux_text, condition)
         else:
@@ -121,7 +127,19 @@ class FluxFillSampler(FillScopeNode):
                                           lambda run: sample(native_model.flux_fill_denoiser(run, native)))
         c.record_sampler_result(rec, out, transformer)
         record_shift_range(rec, out.info)
-        return out, to_comfy_latent(out)
+        return out, native_latent(rec, cls, out, condition)
+
+
+def native_latent(rec, cls, out, condition) -> dict:
+    """The sampler's LATENT output: where it is wired (to ComfyUI's VAEDecode, a KSampler ...), outside the mask the
+    source's latent (one more VAE encode of the source), as ComfyUI's KSampler with InpaintModelConditioning's
+    noise_mask keeps it; unwired, nothing is encoded for it."""
+    if out.unchanged or not c.output_linked(cls, 2):
+        return to_comfy_latent(out)
+    rec.note("LATENT output: outside the mask the source's latent (as ComfyUI's KSampler with a noise_mask keeps it; "
+             "the mask resized to the latent by ComfyUI's rule, bilinear), inside it the sampled one; the latent "
+             "output stays the model's result everywhere (Paste Back puts the source's pixels back)")
+    return to_comfy_latent(out, condition.source_latents())
 
 
 def record_shift_range(rec, info) -> None:

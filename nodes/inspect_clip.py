@@ -1,8 +1,9 @@
 """FillScope Inspect CLIP: hands on a copy of ComfyUI's CLIP (CLIP.clone(), which clones its patcher) whose tokenize and
 encode calls are wrapped on that copy's instance only, so the input CLIP and every other user of it record nothing.
 The calls happen later (CLIPTextEncode ...): each call's record (token ids per tokenizer, real / special / padding
-counts, cond and pooled_output shapes) is delivered by nodes/live.py `publish`; the node's own run records what is
-static (inspect_calls.CallLog)."""
+counts, which tokenizer outputs reached a text encoder and which were dropped, cond and pooled_output shapes) is
+delivered by nodes/live.py `publish`; the node's own run records what is static, the encoders the CLIP holds among it
+(inspect_calls.CallLog)."""
 
 from __future__ import annotations
 
@@ -48,6 +49,25 @@ def _tokenizer_of(subs: dict, key: str):
     return subs.get(key) or subs.get(key.removeprefix("clip_"))
 
 
+def encoder_of(model, key: str):
+    """(attribute, module) of the text encoder a tokenizer key ("l", "g", "t5xxl" ...) feeds in ComfyUI's CLIP model
+    (SD3ClipModel.clip_g for "g", FluxClipModel.t5xxl ...): module None where the model holds that attribute empty
+    (SD3ClipModel built with t5=False keeps t5xxl = None: the tokenizer still makes its tokens, encode drops them);
+    (None, None) where no attribute of that name is found (nothing is claimed)."""
+    for name in dict.fromkeys((key, f"clip_{key}", key.removeprefix("clip_"))):
+        if model is not None and hasattr(model, name) and not callable(getattr(type(model), name, None)):
+            value = getattr(model, name)
+            if value is None or hasattr(value, "encode_token_weights"):
+                return name, value
+    return None, None
+
+
+def encoders(model) -> list[str]:
+    """The text encoders ComfyUI's CLIP model holds (its child modules that encode tokens), in its order."""
+    children = getattr(model, "named_children", None)
+    return [name for name, m in children() if hasattr(m, "encode_token_weights")] if children else []
+
+
 def describe_tokenizer(sub) -> str:
     parts = [type(sub).__name__, f"max_length {sub.max_length}"]
     if getattr(sub, "pad_to_max_length", False):
@@ -86,11 +106,24 @@ def chunk_counts(ids: list, sub) -> tuple[int, int, int]:
     return len(body) - special, special, run
 
 
-def record_tokens(call: Call, tokens, subs: dict) -> None:
-    """Per tokenizer key: its chunks' shape, text / special / padding counts, the ids without padding."""
+def record_tokens(call: Call, tokens, subs: dict, model=None) -> None:
+    """Per tokenizer key: its chunks' shape, text / special / padding counts, the ids without padding, and whether
+    they reached a text encoder of `model` (ComfyUI's CLIP model) or were made by the tokenizer and dropped."""
     if not isinstance(tokens, dict):
         call.facts["tokens"] = short(tokens)
         return
+    reached, dropped = [], []
+    for key in tokens:
+        name, encoder = encoder_of(model, key)
+        if name is not None and encoder is not None:
+            reached.append(f"{key} -> {name}")
+        elif name is not None:
+            dropped.append(key)
+            call.notes.append(f"tokens.{key}: made by the tokenizer, dropped: this CLIP has no {name} encoder")
+    if reached:
+        call.facts["tokens encoded"] = ", ".join(reached)
+    if dropped:
+        call.facts["tokens dropped"] = ", ".join(dropped)
     for key, chunks in tokens.items():
         if not isinstance(chunks, (list, tuple)):
             call.facts[f"tokens {key}"] = short(chunks)
@@ -98,7 +131,8 @@ def record_tokens(call: Call, tokens, subs: dict) -> None:
         sub = _tokenizer_of(subs, key)
         ids = [[_token_id(t) for t in chunk] for chunk in chunks]
         longest = max((len(i) for i in ids), default=0)
-        call.rows.append((f"tokens.{key}", [len(ids), longest], "token ids", "cpu", "input"))
+        row = f"tokens.{key}" if key not in dropped else f"tokens.{key} (dropped: no encoder)"
+        call.rows.append((row, [len(ids), longest], "token ids", "cpu", "input"))
         if sub is None:
             call.facts[f"tokens {key}"] = f"{len(ids)} chunk(s) x {longest}"
             call.facts[f"ids {key}"] = short(ids[0] if len(ids) == 1 else [len(i) for i in ids])
@@ -182,7 +216,8 @@ def _clip_encode(kind: str):
                 call.facts["prompt characters"] = [p["chars"] for p in pending] if len(pending) > 1 else pending[0]["chars"]
                 call.facts["tokenize time"] = f"{sum(p['seconds'] for p in pending) * 1000:.1f} ms"
             vars(self)["_fillscope_pending"] = []
-            record_tokens(call, args[0] if args else kwargs.get("tokens"), sub_tokenizers(self))
+            record_tokens(call, args[0] if args else kwargs.get("tokens"), sub_tokenizers(self),
+                          getattr(self, "cond_stage_model", None))
             record_encoded(call, result)
             for log in logs:
                 log.add(copy.deepcopy(call))
@@ -222,8 +257,16 @@ def clip_static(clip) -> dict:
     model = getattr(clip, "cond_stage_model", None)
     facts = {"class": type(model).__name__, "CLIP object": type(clip).__name__,
              "tokenizer": type(getattr(clip, "tokenizer", None)).__name__}
+    facts["encoders"] = ", ".join(encoders(model)) or "?"
+    absent = []
     for key, sub in sub_tokenizers(clip).items():
         facts[f"tokenizer {key}"] = describe_tokenizer(sub)
+        name, encoder = encoder_of(model, key)
+        if name is not None and encoder is None:
+            absent.append(name)
+    if absent:
+        facts["encoders absent"] = (f"{', '.join(absent)}: the tokenizer makes {'its' if len(absent) == 1 else 'their'}"
+                                    f" tokens, each encode drops them")
     facts["layer_idx"] = getattr(clip, "layer_idx", None)
     if getattr(clip, "tokenizer_options", None):
         facts["tokenizer options"] = short([f"{k}={v}" for k, v in clip.tokenizer_options.items()])

@@ -27,7 +27,8 @@ entry per step), provenance "measured on <device>, native ComfyUI <model_base cl
 what sampled ("sampled by": CFGGuider or NativeRun, and the sampler's node); with `modules`, the module
 rows and hits and one `block <name>` entry per transformer block (double_blocks / single_blocks for Flux,
 joint_blocks for MMDiT). The node's own execution records what is known without running the model (model class,
-latent channels, dtype, parameter count): nothing is moved or loaded for it.
+latent channels, dtype, parameter count, and the weight patches its ModelPatcher holds: LoRA loaders before it, read
+as counts, names and strengths, `patch_facts`): nothing is moved or loaded for it; the run records repeat the patches.
 """
 
 from __future__ import annotations
@@ -89,9 +90,14 @@ class InspectModel(InspectNode):  # no model placed (the sampler loads it), a ca
     def run(cls, rec: ShapeRecorder, model, modules=False):
         node_id = cls.graph_id() or "FillScopeInspectModel"
         static_facts(rec, model)
+        patches = patch_facts(model)
+        for k, v in patches.items():
+            rec.fact(k, v)
         rec.fact("modules", bool(modules))
+        rec.note("weight patches: those on the MODEL as it reaches this node (a LoRA loader before it); a LoRA "
+                 "loader after it patches a later clone, not counted here (a run of that clone is still recorded)")
         rec.note("measured shapes arrive when a sampler runs this MODEL (the record then replaces this one)")
-        clone = attach(model, node_id, bool(modules))
+        clone = attach(model, node_id, bool(modules), patches)
         rec.finish()  # the node's own time, for the text below (base.execute finishes it again: same record)
         ui = {"text": [format_record(rec.record)], "fillscope_shapes": [shapes_document(rec.record, [])]}
         return io.NodeOutput(clone, ui=ui)
@@ -133,15 +139,61 @@ def static_facts(rec: ShapeRecorder, patcher) -> None:
     rec.fact("device", str(getattr(patcher, "load_device", "")))
 
 
+PATCH_NAMES = 4  # patched weights named in the record (the first ones, in the patcher's order)
+
+
+def _patch_kind(patch) -> str:
+    """A weight patch's kind without touching its tensors: a weight adapter's name (comfy.weight_adapter: "lora",
+    "loha" ...), a legacy tuple's tag ("diff", "set" ...), else the type's name."""
+    name = getattr(patch, "name", None)
+    if isinstance(name, str):
+        return name
+    if isinstance(patch, tuple) and patch and isinstance(patch[0], str):
+        return patch[0]
+    return type(patch).__name__
+
+
+def _strength(x) -> str:
+    return f"{x:g}" if isinstance(x, (int, float)) else type(x).__name__
+
+
+def patch_facts(patcher) -> dict:
+    """The weight patches ComfyUI's ModelPatcher holds (`patches`: weight key -> [(strength_patch, patch,
+    strength_model, offset, function)], what LoraLoader / LoraLoaderModelOnly add): how many weights, a few names,
+    the kinds and strengths. Only keys, counts and floats are read: no tensor is copied or kept."""
+    patches = getattr(patcher, "patches", None)
+    if not isinstance(patches, dict):
+        return {}
+    facts = {"weight patches": len(patches)}
+    if not patches:
+        return facts
+    entries = [e for v in patches.values() for e in (v or ())]
+    facts["patch entries"] = len(entries)
+    names = [str(k) for k in list(patches)[:PATCH_NAMES]]
+    more = len(patches) - len(names)
+    facts["patched weights"] = ", ".join(names) + (f" ... (+{more})" if more else "")
+    facts["patch kinds"] = ", ".join(sorted({_patch_kind(e[1]) for e in entries if len(e) > 1}))
+    strengths = {f"{_strength(e[0])} (model {_strength(e[2])})" for e in entries if len(e) > 2}
+    facts["patch strengths"] = ", ".join(sorted(strengths))
+    most = max(len(v or ()) for v in patches.values())
+    if most > 1:
+        facts["patches per weight (most)"] = most  # stacked LoRAs
+    hooks = getattr(patcher, "hook_patches", None)
+    if hooks:
+        facts["hook patches"] = len(hooks)
+    return facts
+
+
 # ---- the wrappers -------------------------------------------------------------------------------------------------
 
 
-def attach(patcher, node_id: str, modules: bool):
-    """A clone of `patcher` carrying this node's wrappers (replacing any it carries already)."""
+def attach(patcher, node_id: str, modules: bool, patches: dict | None = None):
+    """A clone of `patcher` carrying this node's wrappers (replacing any it carries already); `patches`: the patch
+    facts of `patcher` (patch_facts), repeated in each sampling run's record."""
     import comfy.patcher_extension as pe
 
     clone = patcher.clone()
-    inspector = Inspector(node_id, modules)
+    inspector = Inspector(node_id, modules, patches)
     key = f"{KEY}.{node_id}"
     for kind, fn in ((pe.WrappersMP.OUTER_SAMPLE, inspector.outer_sample),
                      (pe.WrappersMP.APPLY_MODEL, inspector.apply_model)):
@@ -153,9 +205,10 @@ def attach(patcher, node_id: str, modules: bool):
 class Inspector:
     """The wrappers of one Inspect Model node's clone; `run` is the sampling run in progress (None between runs)."""
 
-    def __init__(self, node_id: str, modules: bool):
+    def __init__(self, node_id: str, modules: bool, patches: dict | None = None):
         self.node_id = node_id
         self.modules = modules
+        self.patches = dict(patches or {})  # counts, names and strengths only (patch_facts)
         self.run: Run | None = None
 
     def outer_sample(self, executor, *args, **kwargs):
@@ -163,7 +216,7 @@ class Inspector:
             return executor(*args, **kwargs)
         guider = executor.class_obj  # ComfyUI's CFGGuider, or FillScope's NativeRun (nodes/native_model.py)
         patcher = guider.model_patcher
-        run = self.run = Run(patcher, self.modules, sampled_by(guider))
+        run = self.run = Run(patcher, self.modules, sampled_by(guider), self.patches)
         error = None
         try:
             run.start()
@@ -189,8 +242,9 @@ class Inspector:
 class Run:
     """One sampling run's record."""
 
-    def __init__(self, patcher, modules: bool, sampler: str = ""):
+    def __init__(self, patcher, modules: bool, sampler: str = "", patches: dict | None = None):
         self.patcher = patcher
+        self.patches = patches or {}
         self.base = patcher.model
         self.dm = getattr(self.base, "diffusion_model", None)
         self.modules = modules
@@ -329,6 +383,8 @@ class Run:
             rec.fact("diffusion model", type(self.dm).__name__)
         if self.sampler:
             rec.fact("sampled by", self.sampler)
+        for k, v in self.patches.items():
+            rec.fact(k, v)
         calls = self.calls
         steps: dict[int, list[dict]] = {}
         for k in calls:

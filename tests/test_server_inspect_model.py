@@ -154,11 +154,13 @@ def test_flux_latent_unchanged_and_the_live_record_arrives_by_route_and_websocke
     own = entry["outputs"]["ins"]["fillscope_shapes"][0]["node"]
     assert own["facts"]["class"] == "Flux" and own["facts"]["latent channels"] == 16
     assert own["facts"]["parameters (unique)"] > 0 and own["facts"]["dtype"] == "float32"
+    assert own["facts"]["weight patches"] == 0  # no LoRA before it (tests/test_server_inspect_encoders_patches.py)
     assert own["tensors"] == []
 
     # (b) the live record: one entry per step, the tiny config's boundary, provenance
     rec = live_record(server, pid)
     assert rec["facts"]["provenance"] == "measured on cpu, native ComfyUI Flux"
+    assert rec["facts"]["weight patches"] == 0  # the node's patch facts, repeated in the run's record
     assert rec["facts"]["steps seen"] == STEPS and len(steps_of(rec)) == STEPS
     assert rec["facts"]["calls per step"] == 1 and rec["facts"]["total calls"] == STEPS  # cfg 1: cond only
     assert rec["facts"]["sigma first"] == 1.0 and 0 < rec["facts"]["sigma last"] < 1

@@ -136,3 +136,37 @@ def test_the_models_apply_model_wrappers_run_at_every_step(server):
     assert any(kind == "execution_interrupted" for kind, _ in entry["status"]["messages"]), entry["status"]
     assert not (server.output_dir / "fillscope_native_fill" / "interrupted.safetensors").exists()
     assert torch.isfinite(run(server, "after_interrupt", native=True)).all()
+
+
+def test_the_latent_output_keeps_the_source_outside_the_mask_and_a_differential_diffusion_patch_is_named(server):
+    """Issue 35: the sampler's LATENT, wired to ComfyUI's nodes, is the source's latent outside the mask (ComfyUI's
+    VAEEncode of the same image, within the two VAEs' fp32 difference) as KSampler's noise_mask leaves it, and the
+    record says so; DifferentialDiffusion on the MODEL, which this sampler does not apply, is a warning."""
+    import torch.nn.functional as F
+    from safetensors.torch import load_file
+
+    g = graph("dd", native=True)
+    sampler = g["8"]["inputs"]
+    g["dd"] = n("DifferentialDiffusion", model=sampler["model"], strength=1.0)
+    sampler["model"] = ["dd", 0]
+    g["v"] = n("InspectTestTinyVAE", folder=FOLDER)
+    g["enc"] = n("VAEEncode", pixels=["6", 0], vae=["v", 0])
+    g["s1"] = n("NativeTestSaveNativeLatent", samples=["8", 2], name="dd_latent")
+    g["s2"] = n("NativeTestSaveNativeLatent", samples=["enc", 0], name="dd_source")
+    entry = server.run(g, timeout=600)
+    folder = server.output_dir / "fillscope_native"
+    out, source = (load_file(str(folder / f"{k}.safetensors"))["samples"] for k in ("dd_latent", "dd_source"))
+    doc = entry["outputs"]["8"]["fillscope_shapes"][0]["node"]
+    assert any(t.startswith("the MODEL carries ComfyUI's DifferentialDiffusion patch") for t in doc["warnings"])
+    assert any(t.startswith("LATENT output: outside the mask the source's latent") for t in doc["notes"])
+    # the synthetic mask (FillScopeSyntheticImageMask, half the side, centred) at the latent's size, as ComfyUI's
+    # samplers resize a noise_mask (bilinear)
+    mask = torch.zeros(1, 1, 96, 128)
+    mask[..., 24:72, 32:96] = 1.0
+    small = F.interpolate(mask, size=tuple(out.shape[-2:]), mode="bilinear")[0, 0]
+    outside, inside = small == 0, small == 1
+    assert int(outside.sum()) > 0 and int(inside.sum()) > 0
+    kept = (out - source)[..., outside].abs().max()
+    repainted = (out - source)[..., inside].abs().max()
+    print(f"\n[native latent] outside the mask |LATENT - VAEEncode| max {float(kept):.2e}; inside {float(repainted):.3f}")
+    assert float(kept) <= 1e-4 and float(repainted) > 1e-2
