@@ -15,6 +15,11 @@ async def comfy_entrypoint():
     from .nodes.live import add_routes
     from .nodes.wires import add_route as add_wires_route
     from .nodes.wires import install as record_wires
+    from .nodes.example_image import install_example_image
+
+    # the templates' Load Image names fillscope_example.png: into ComfyUI's input folder unless a file of that name is
+    # there (never overwritten; a failure is logged, start-up goes on)
+    install_example_image()
 
     class FillScopeExtension(ComfyExtension):
         async def get_node_list(self):

@@ -91,7 +91,7 @@ class PasteBack(FillScopeNode):
         return io.Schema(
             node_id="FillScopePasteBack",
             display_name="Inpaint Paste Back",
-            category=c.CATEGORY + "/image",
+            category=c.CATEGORY + "/compositing",
             description=(
                 "Composites the result into the source with the (feathered) mask the sampler used, or with the mask "
                 "wired here; kept pixels stay bit-identical to the input. tone_match / poisson first adjust the "

