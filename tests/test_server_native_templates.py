@@ -5,7 +5,8 @@ Each test loads the template's API twin as shipped and swaps only its loader nod
 ComfyUI's own model classes at tiny sizes (tests/native_templates.py `swapped`; the nodes are in tests/comfy_nodes,
 which the session's shared server, conftest.py test_nodes_server, has as one more custom_nodes path); every other node
 runs as the template has it, with the same inputs, except that the input image is a small one (64x48, a transparent hole
-= the mask) under the template's file name fillscope_example.png:
+= the mask) under a name of its own that the templates' Load Image is pointed at (the pack's own
+fillscope_example.png is in the input folder from start-up):
 
 - UNETLoader flux1-fill-dev -> NativeFillTestTinyFluxFill: ComfyUI's FluxInpaint model at the tiny FLUX Fill folder's
   config with its weights (UNETLoader cannot load a tiny FLUX: ComfyUI's detection fixes 24 heads of 128);
@@ -49,7 +50,8 @@ from native_templates import swapped  # noqa: E402
 
 FLUX, SD3 = nt.FLUX, nt.SD3
 W, H = 64, 48  # the input image: latents of 8x6 (FLUX / SD3 VAEs: 8x)
-IMAGE = "fillscope_example.png"
+IMAGE = "native_templates_example.png"  # not the template's name: the pack puts its own example image there at
+# start-up (nodes/example_image.py) and this shared server refuses a file written twice with other contents
 
 
 def folder_config(server, folder, sub) -> dict:
@@ -108,6 +110,9 @@ def assert_report_tables_the_inspect_records(entry, report_key, inspect_keys, re
 
 
 def run(server, prompt) -> tuple[dict, str]:
+    for node in prompt.values():  # the templates' example image -> this module's small one
+        if node["class_type"] == "LoadImage" and node["inputs"].get("image") == "fillscope_example.png":
+            node["inputs"]["image"] = IMAGE
     pid = server.queue(prompt)
     entry = server.wait(pid, timeout=900)
     assert entry["status"]["status_str"] == "success", entry["status"]
