@@ -166,7 +166,7 @@ def test_a_smaller_vae_tile_runs_the_tiled_path_and_keeps_the_source_outside_the
 # ---- refusals ----------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("vae_tile", [128, 4112, 1000, 1024.0, "1024", True])
+@pytest.mark.parametrize("vae_tile", [128, 4112, 1000, 1024.5, "1024", True])
 def test_a_bad_vae_tile_is_refused_by_name_before_any_model_runs(tiny, vae_tile):
     image, mask = picture(96, 160), torch.zeros(1, 96, 160)
     mask[:, 20:70, 40:120] = 1

@@ -47,6 +47,7 @@ def tiled_vae_calls(vae, vae_tile) -> tuple:
         raise FillScopeInputError("vae_tile", f"{vae_tile!r} {problem or f'is not a multiple of {multiple} px'}.",
                                   f"set vae_tile to a multiple of {multiple} from {bounds.TILED['tile']} px "
                                   f"({VAE_TILE} by default: an image up to that size a side is encoded whole).")
+    vae_tile = bounds.whole_value(vae_tile)  # 1024.0 (a whole number) -> 1024: tiles are whole pixels
     out_device = None if str(getattr(vae, "device", "")) == "meta" else "cpu"
     return (functools.partial(encode_tiled, tile=vae_tile, overlap=VAE_OVERLAP),
             functools.partial(decode_tiled, tile=vae_tile, overlap=VAE_OVERLAP, out_device=out_device))
