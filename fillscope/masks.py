@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from .compositing.removal import MASKED_FILLS, describe, neutralise_masked
 from .errors import FillScopeInputError
-from .pixels import as_mask, as_rgb, dilate, feather_inward, require_finite
+from .pixels import as_mask, as_rgb, composite, dilate, feather_inward, require_finite
 from .specs import MIN_SIDE
 
 SIZE_MODES = ("pad", "crop")
@@ -267,17 +267,13 @@ def as_paste_mask(mask, source):
 def paste_back(generated, source, paste_mask):
     """Composite the generated image into the source with the (feathered) mask [B,H,W,1] (the sampler's, or
     `as_paste_mask` of the user's); where the mask is 0 the source pixels are returned bit-identical."""
-    import torch
-
     if generated.shape != source.shape:
         raise FillScopeInputError(
             "image",
             f"generated image {list(generated.shape)} and source {list(source.shape)} differ in shape.",
             "connect the VAE decode output that belongs to this condition.",
         )
-    m = paste_mask.to(generated.dtype)
-    blended = source * (1.0 - m) + generated * m
-    return torch.where(m == 0, source, blended)
+    return composite(source, generated, paste_mask.to(generated.dtype))
 
 
 def synthetic_image_and_mask(width: int, height: int, mask_fraction: float = 0.5):

@@ -29,6 +29,14 @@ def require_finite(name: str, t, values: str = "from 0 to 1") -> None:
             f"check what computes the {name} (a NaN or infinite value upstream, a division by zero).")
 
 
+def composite(source, generated, m):
+    """`generated` over `source` by the mask `m` (1 = generated, soft values blend), broadcast over channels; where `m`
+    is 0 the source's values bit for bit. The paste-back's arithmetic (masks.paste_back, compositing.tiles)."""
+    import torch
+
+    return torch.where(m == 0, source, source * (1.0 - m) + generated * m)
+
+
 def as_rgb(image, notes):
     """A ComfyUI IMAGE [B,H,W,C] (or [H,W,C]) -> [B,H,W,3] float, clamped to 0..1: RGBA drops its alpha, greyscale is
     repeated to RGB, each choice appended to `notes`; any other shape or channel count is refused. A float32 image in

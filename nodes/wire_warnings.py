@@ -17,7 +17,7 @@ Each warning goes onto the record of the node whose output is at fault: {node id
 
 from __future__ import annotations
 
-from .wire_explain import MODEL_FAMILIES
+from .wire_explain import MODEL_FAMILIES, _node
 
 # ComfyUI's detected model classes (comfy/supported_models.py) by the VAE family their latents belong to
 VAE_FAMILY_OF_MODEL = {"SD15": "SD1.5", "SD20": "SD1.5", "SD21UnclipL": "SD1.5", "SD21UnclipH": "SD1.5",
@@ -29,10 +29,6 @@ NAME_HINTS = (("flux2", "FLUX.2"), ("flux.2", "FLUX.2"), ("flux", "FLUX.1"),
               ("sd3", "SD3"), ("sdxl", "SDXL"), ("sd_xl", "SDXL"), ("vae-ft-mse", "SD1.5"),
               ("sd15", "SD1.5"), ("sd1.5", "SD1.5"), ("v1-5", "SD1.5"))
 WHOLE_NAMES = {"ae.safetensors": "FLUX.1", "ae.sft": "FLUX.1"}  # names too short to look for inside others
-
-
-def _node(prompt, node_id: str) -> dict:
-    return prompt.get_node(node_id) if hasattr(prompt, "get_node") else prompt[node_id]
 
 
 def _linked_inputs(prompt, node_id: str, records: dict) -> list[tuple[str, str, int, dict]]:
@@ -50,12 +46,17 @@ def _linked_inputs(prompt, node_id: str, records: dict) -> list[tuple[str, str, 
     return out
 
 
+def _value(output: dict) -> dict:
+    """The summary of an output record's first value (wire_values.summarize)."""
+    return (output.get("values") or [{}])[0]
+
+
 def _facts(output: dict) -> dict:
-    return ((output.get("values") or [{}])[0]).get("facts", {})
+    return _value(output).get("facts", {})
 
 
 def _tensor_names(output: dict) -> list[str]:
-    return [t["name"] for t in ((output.get("values") or [{}])[0]).get("tensors", [])]
+    return [t["name"] for t in _value(output).get("tensors", [])]
 
 
 def _inpaint_condition_dropped(prompt, records: dict) -> list[tuple[str, str]]:
@@ -98,10 +99,7 @@ def vae_family(record: dict, prompt) -> tuple[str, str] | None:
         inputs = _node(prompt, record["node"]).get("inputs", {})
     except Exception:  # noqa: BLE001
         return None
-    for value in inputs.values():
-        if isinstance(value, str) and family_by_name(value):
-            return family_by_name(value)
-    return None
+    return next((told for value in inputs.values() if isinstance(value, str) and (told := family_by_name(value))), None)
 
 
 def family_by_name(name: str) -> tuple[str, str] | None:
@@ -162,7 +160,7 @@ def _conditioning_fits_no_model(records: dict) -> list[tuple[str, str]]:
     found = []
     for node_id, record in records.items():
         for output in record.get("outputs", []):
-            text = [t for t in ((output.get("values") or [{}])[0]).get("tensors", [])
+            text = [t for t in _value(output).get("tensors", [])
                     if output.get("type") == "CONDITIONING" and len(t["shape"]) == 3 and t["name"].endswith("[0]")]
             if text and text[0]["shape"][-1] not in widths:
                 models = ", ".join(f"node {n} ({family}) takes {w}" for w, (n, family) in widths.items())

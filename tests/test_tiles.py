@@ -254,3 +254,24 @@ def test_poisson_seams_refuses_bad_input(kw, name):
     with pytest.raises(FillScopeInputError) as e:
         poisson_seams(**{**args, **kw})
     assert e.value.input_name == name
+
+
+def test_blend_and_paste_equals_blend_tiles_then_paste_back_bit_for_bit():
+    """The tiled run's fused blend and paste-back (one copy of the image, the paste 256 rows at a time; here 7 rows,
+    so bands cut through tiles) against blend_tiles + masks.paste_back, with a soft paste mask inside the tiles."""
+    from fillscope.compositing.tiles import blend_and_paste, blend_tiles, ramp_weights
+    from fillscope.masks import paste_back
+
+    g = torch.Generator().manual_seed(0)
+    source = torch.rand(1, 96, 160, 3, generator=g)
+    mask = torch.zeros(1, 96, 160)
+    mask[:, 10:60, 70:150] = 1
+    tiles = plan_tiles(96, 160, tile=64, overlap=0.25, mask=mask, tile_range=SMALL)
+    assert len(tiles) > 2
+    weights = ramp_weights(tiles, 96, 160)
+    images = [torch.rand(1, t.box[3] - t.box[1], t.box[2] - t.box[0], 3, generator=g) for t in tiles]
+    paste = torch.zeros(1, 96, 160, 1)
+    paste[:, 12:58, 72:148] = torch.rand(1, 46, 76, 1, generator=g)
+    paste[:, 20:40, 90:120] = 1.0
+    expected = paste_back(blend_tiles(source, tiles, images, weights), source, paste)
+    assert torch.equal(blend_and_paste(source, tiles, images, weights, paste, rows=7), expected)

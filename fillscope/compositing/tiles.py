@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from .. import bounds
 from ..errors import FillScopeInputError
+from ..pixels import composite
 from .tone import srgb_to_lab
 
 # the table's ranges (bounds.TILED), here under the names the module's checks use
@@ -183,20 +184,31 @@ def union_box(tiles: list) -> tuple[int, int, int, int]:
             max(t.box[3] for t in tiles))
 
 
-def blend_tiles(source, tiles: list, images: list, weights: list):
-    """The kept tiles' images [B,h,w,3] blended with their weights into [B,H,W,3]; `source` [B,H,W,3] where no
-    kept tile covers."""
+def _accumulate(tiles: list, images: list, weights: list, batch: int, channels: int, box: tuple):
+    """(the tiles' images [B,h,w,3] times their weights, summed over `box` (x0, y0, x1, y1) [B,bh,bw,C] float32;
+    [bh,bw] bool: covered by a tile)."""
     import torch
 
-    out = torch.zeros(source.shape, dtype=torch.float32)
-    covered = torch.zeros(source.shape[1], source.shape[2], dtype=torch.bool)
+    ox, oy, ex, ey = box
+    acc = torch.zeros((batch, ey - oy, ex - ox, channels), dtype=torch.float32)
+    covered = torch.zeros(ey - oy, ex - ox, dtype=torch.bool)
     for t, image, w in zip(tiles, images, weights):
         x0, y0, x1, y1 = t.box
         if tuple(image.shape[1:3]) != (y1 - y0, x1 - x0):
             raise FillScopeInputError("images", f"tile {t.index}'s image is {image.shape[2]}x{image.shape[1]} for a "
                                                 f"{x1 - x0}x{y1 - y0} box.", "give each tile's image at its box size.")
-        out[:, y0:y1, x0:x1] += image.float().cpu() * w[None, :, :, None]
-        covered[y0:y1, x0:x1] = True
+        acc[:, y0 - oy:y1 - oy, x0 - ox:x1 - ox] += image.float().cpu() * w[None, :, :, None]
+        covered[y0 - oy:y1 - oy, x0 - ox:x1 - ox] = True
+    return acc, covered
+
+
+def blend_tiles(source, tiles: list, images: list, weights: list):
+    """The kept tiles' images [B,h,w,3] blended with their weights into [B,H,W,3]; `source` [B,H,W,3] where no
+    kept tile covers."""
+    import torch
+
+    b, h, w, c = source.shape
+    out, covered = _accumulate(tiles, images, weights, b, c, (0, 0, w, h))
     return torch.where(covered[None, :, :, None], out, source.float().cpu())
 
 
@@ -209,23 +221,13 @@ def blend_and_paste(source, tiles: list, images: list, weights: list, paste_mask
     out = source.float().cpu().clone()
     if not tiles:
         return out
-    ox, oy, ex, ey = union_box(tiles)
-    acc = torch.zeros((source.shape[0], ey - oy, ex - ox, source.shape[3]), dtype=torch.float32)
-    covered = torch.zeros(ey - oy, ex - ox, dtype=torch.bool)
-    for t, image, w in zip(tiles, images, weights):
-        x0, y0, x1, y1 = t.box
-        if tuple(image.shape[1:3]) != (y1 - y0, x1 - x0):
-            raise FillScopeInputError("images", f"tile {t.index}'s image is {image.shape[2]}x{image.shape[1]} for a "
-                                                f"{x1 - x0}x{y1 - y0} box.", "give each tile's image at its box size.")
-        acc[:, y0 - oy:y1 - oy, x0 - ox:x1 - ox] += image.float().cpu() * w[None, :, :, None]
-        covered[y0 - oy:y1 - oy, x0 - ox:x1 - ox] = True
+    ox, oy, ex, ey = box = union_box(tiles)
+    acc, covered = _accumulate(tiles, images, weights, source.shape[0], source.shape[3], box)
     for top in range(0, ey - oy, rows):
         band = slice(oy + top, min(ey, oy + top + rows))
         src = out[:, band, ox:ex]
         blended = torch.where(covered[top:top + rows][None, :, :, None], acc[:, top:top + rows], src)
-        m = paste_mask[:, band, ox:ex].to(torch.float32)
-        mixed = src * (1.0 - m) + blended * m
-        out[:, band, ox:ex] = torch.where(m == 0, src, mixed)
+        out[:, band, ox:ex] = composite(src, blended, paste_mask[:, band, ox:ex].to(torch.float32))
     return out
 
 
